@@ -1,0 +1,79 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// FooSpec is the desired state of a Foo: a Deployment of the given name and size.
+type FooSpec struct {
+	// deploymentName is the name of the Deployment this Foo owns, in the Foo's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Deployment name",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
+	DeploymentName string `json:"deploymentName"`
+
+	// replicas is the desired number of pods of the Deployment. Unset leaves the
+	// Deployment's own default of 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Replicas",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:podCount"}
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// image is the container image the Deployment runs.
+	// +optional
+	// +kubebuilder:default="nginx:latest"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Image",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
+	Image string `json:"image,omitempty"`
+}
+
+// FooStatus is the observed state of a Foo.
+type FooStatus struct {
+	// availableReplicas is the number of available pods of the owned Deployment.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Available replicas",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:podCount"}
+	AvailableReplicas int32 `json:"availableReplicas"`
+
+	// observedGeneration is the Foo generation last synced to the Deployment.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Ready is True when the Deployment is synced and Available.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Conditions",xDescriptors={"urn:alm:descriptor:io.kubernetes.conditions"}
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Foo owns a Deployment and keeps its replica count, as kubernetes/sample-controller's
+// Foo does.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=phalanks
+// +kubebuilder:printcolumn:name="Deployment",type=string,JSONPath=`.spec.deploymentName`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +operator-sdk:csv:customresourcedefinitions:displayName="Foo",resources={{Deployment,v1,""}}
+type Foo struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec FooSpec `json:"spec"`
+	// +optional
+	Status FooStatus `json:"status,omitempty"`
+}
+
+// FooList is a list of Foos.
+// +kubebuilder:object:root=true
+type FooList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Foo `json:"items"`
+}

@@ -1,0 +1,334 @@
+package v1beta1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AddressingStyle selects how requests name the bucket.
+// +kubebuilder:validation:Enum=Auto;Path;VirtualHost
+type AddressingStyle string
+
+const (
+	// AddressingAuto uses virtual-host style where the endpoint is known to support it
+	// (AWS, some others) and path style everywhere else.
+	AddressingAuto AddressingStyle = "Auto"
+	// AddressingPath sends requests to https://endpoint/bucket/key.
+	AddressingPath AddressingStyle = "Path"
+	// AddressingVirtualHost sends requests to https://bucket.endpoint/key.
+	AddressingVirtualHost AddressingStyle = "VirtualHost"
+)
+
+// ProbeDepth is how far into the bucket's data path a health check goes. Each depth
+// includes the checks of the ones before it.
+// +kubebuilder:validation:Enum=Connect;HeadBucket;List;ReadWrite
+type ProbeDepth string
+
+const (
+	// ProbeConnect opens a TCP connection and, for https, completes the TLS handshake.
+	ProbeConnect ProbeDepth = "Connect"
+	// ProbeHeadBucket sends an authenticated HeadBucket request.
+	ProbeHeadBucket ProbeDepth = "HeadBucket"
+	// ProbeList lists at most one object (ListObjectsV2 with max-keys=1).
+	ProbeList ProbeDepth = "List"
+	// ProbeReadWrite writes, reads back, compares and deletes a canary object under
+	// the reserved prefix ".phalanks-probe/". On versioned buckets it deletes the exact
+	// version it wrote, so no version or delete marker is left behind.
+	ProbeReadWrite ProbeDepth = "ReadWrite"
+)
+
+// ManagementPolicy says whether the operator may change the bucket.
+// +kubebuilder:validation:Enum=Observe;Manage
+type ManagementPolicy string
+
+const (
+	// ManagementObserve only probes the bucket and never changes it.
+	ManagementObserve ManagementPolicy = "Observe"
+	// ManagementManage creates the bucket when it is missing and tags it with the
+	// StorageBucket's UID. A bucket that exists without that tag is never changed.
+	ManagementManage ManagementPolicy = "Manage"
+)
+
+// DeletionPolicy says what happens to a managed bucket when its StorageBucket is deleted.
+// +kubebuilder:validation:Enum=Retain;Delete
+type DeletionPolicy string
+
+const (
+	// DeletionRetain keeps the bucket and its data.
+	DeletionRetain DeletionPolicy = "Retain"
+	// DeletionDelete deletes the bucket, following the nonEmptyStrategy.
+	DeletionDelete DeletionPolicy = "Delete"
+)
+
+// NonEmptyStrategy says how deleting a managed bucket that still holds objects proceeds.
+// +kubebuilder:validation:Enum=Fail;DeleteIfEmpty;ForceEmpty
+type NonEmptyStrategy string
+
+const (
+	// NonEmptyFail keeps the StorageBucket (its finalizer stays) and reports
+	// BucketNotEmpty until the bucket is empty or the policy changes.
+	NonEmptyFail NonEmptyStrategy = "Fail"
+	// NonEmptyDeleteIfEmpty deletes an empty bucket; a non-empty one is left in place
+	// with its data and the StorageBucket is released.
+	NonEmptyDeleteIfEmpty NonEmptyStrategy = "DeleteIfEmpty"
+	// NonEmptyForceEmpty deletes every object version and delete marker, then the
+	// bucket. It refuses a bucket with object lock enabled.
+	NonEmptyForceEmpty NonEmptyStrategy = "ForceEmpty"
+)
+
+// CredentialsSecretReference names a Secret in the StorageBucket's namespace that holds
+// an S3 access key pair.
+type CredentialsSecretReference struct {
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// accessKeyIDKey is the Secret key holding the access key ID.
+	// +optional
+	// +kubebuilder:default="AWS_ACCESS_KEY_ID"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	AccessKeyIDKey string `json:"accessKeyIDKey,omitempty"`
+
+	// secretAccessKeyKey is the Secret key holding the secret access key.
+	// +optional
+	// +kubebuilder:default="AWS_SECRET_ACCESS_KEY"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	SecretAccessKeyKey string `json:"secretAccessKeyKey,omitempty"`
+}
+
+// KeyReference names one key of a ConfigMap or Secret in the StorageBucket's namespace.
+type KeyReference struct {
+	// name of the ConfigMap or Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// key whose value is the PEM-encoded CA bundle.
+	// +optional
+	// +kubebuilder:default="ca.crt"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
+}
+
+// CABundleSource points at PEM-encoded CA certificates that the endpoint's certificate
+// must chain to, in place of the system roots. Set exactly one of its fields.
+// +kubebuilder:validation:XValidation:rule="has(self.configMapKeyRef) != has(self.secretKeyRef)",message="caBundle needs exactly one of configMapKeyRef and secretKeyRef"
+type CABundleSource struct {
+	// configMapKeyRef selects a ConfigMap key.
+	// +optional
+	ConfigMapKeyRef *KeyReference `json:"configMapKeyRef,omitempty"`
+
+	// secretKeyRef selects a Secret key.
+	// +optional
+	SecretKeyRef *KeyReference `json:"secretKeyRef,omitempty"`
+}
+
+// HealthCheck configures the periodic probe.
+// +kubebuilder:validation:XValidation:rule="duration(self.interval) >= duration('5s')",message="healthCheck.interval must be at least 5s"
+// +kubebuilder:validation:XValidation:rule="duration(self.timeout) < duration(self.interval)",message="healthCheck.timeout must be shorter than healthCheck.interval"
+// +kubebuilder:validation:XValidation:rule="duration(self.timeout) >= duration('100ms')",message="healthCheck.timeout must be at least 100ms"
+type HealthCheck struct {
+	// interval between two probes of this bucket, for example 30s or 5m. At least 5s.
+	// +optional
+	// +kubebuilder:default="60s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Probe interval",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
+	Interval metav1.Duration `json:"interval,omitempty"`
+
+	// timeout of one probe, shorter than the interval.
+	// +optional
+	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	Timeout metav1.Duration `json:"timeout,omitempty"`
+
+	// depth of the probe: Connect, HeadBucket (default), List or ReadWrite.
+	// +optional
+	// +kubebuilder:default=HeadBucket
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Probe depth",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Connect","urn:alm:descriptor:com.tectonic.ui:select:HeadBucket","urn:alm:descriptor:com.tectonic.ui:select:List","urn:alm:descriptor:com.tectonic.ui:select:ReadWrite"}
+	Depth ProbeDepth `json:"depth,omitempty"`
+}
+
+// StorageBucketSpec declares a bucket on an S3-compatible endpoint outside the cluster.
+// +kubebuilder:validation:XValidation:rule="!self.endpoint.lowerAscii().startsWith('http://') || self.insecureAllowHTTP",message="endpoint uses plain http://, which sends credentials and data unencrypted; use https:// or set insecureAllowHTTP: true"
+// +kubebuilder:validation:XValidation:rule="!has(self.caBundle) || self.endpoint.lowerAscii().startsWith('https://')",message="caBundle applies only to an https:// endpoint"
+// +kubebuilder:validation:XValidation:rule="self.deletionPolicy != 'Delete' || self.managementPolicy == 'Manage'",message="deletionPolicy Delete needs managementPolicy Manage: the operator only deletes buckets it manages"
+type StorageBucketSpec struct {
+	// bucketName is the name of the bucket on the endpoint. It follows the S3 naming
+	// rules (3-63 lowercase letters, digits, dots and hyphens; starts and ends with a
+	// letter or digit; not an IP address) and cannot be changed.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]*[a-z0-9]$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('..') && !self.contains('.-') && !self.contains('-.')",message="bucketName must not contain '..', '.-' or '-.'"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]+[.][0-9]+[.][0-9]+[.][0-9]+$')",message="bucketName must not look like an IP address"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('xn--') && !self.startsWith('sthree-') && !self.endsWith('-s3alias') && !self.endsWith('--ol-s3')",message="bucketName must not use a prefix or suffix that S3 reserves (xn--, sthree-, -s3alias, --ol-s3)"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="bucketName is immutable"
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Bucket name",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
+	BucketName string `json:"bucketName"`
+
+	// endpoint is the URL of the S3-compatible service, for example
+	// https://s3.eu-central-1.amazonaws.com or https://minio.example.com:9000. Plain
+	// http:// is accepted only together with insecureAllowHTTP.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="endpoint must be an absolute http:// or https:// URL, for example https://s3.eu-central-1.amazonaws.com"
+	// +kubebuilder:validation:XValidation:rule="!isURL(self) || url(self).getEscapedPath() in ['', '/']",message="endpoint must not have a path: name the bucket in bucketName"
+	// +kubebuilder:validation:XValidation:rule="!isURL(self) || url(self).getQuery().size() == 0",message="endpoint must not have a query"
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Endpoint",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
+	Endpoint string `json:"endpoint"`
+
+	// insecureAllowHTTP allows an http:// endpoint. Credentials and data then cross the
+	// network unencrypted; use it only for test servers.
+	// +optional
+	InsecureAllowHTTP bool `json:"insecureAllowHTTP,omitempty"`
+
+	// region of the bucket, used to sign requests and to create the bucket.
+	// +optional
+	// +kubebuilder:default="us-east-1"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9-]*[a-z0-9]$`
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Region",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
+	Region string `json:"region,omitempty"`
+
+	// addressingStyle: Path, VirtualHost, or Auto (default) to let the client choose.
+	// +optional
+	// +kubebuilder:default=Auto
+	AddressingStyle AddressingStyle `json:"addressingStyle,omitempty"`
+
+	// credentialsSecretRef names the Secret holding the access key pair. Without it,
+	// requests are anonymous.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Credentials Secret",xDescriptors={"urn:alm:descriptor:io.kubernetes:Secret"}
+	CredentialsSecretRef *CredentialsSecretReference `json:"credentialsSecretRef,omitempty"`
+
+	// caBundle trusts a private CA for the endpoint's certificate. TLS is always
+	// verified; without a caBundle the system roots are used.
+	// +optional
+	CABundle *CABundleSource `json:"caBundle,omitempty"`
+
+	// healthCheck configures the periodic probe.
+	// +optional
+	// +kubebuilder:default={interval: "60s", timeout: "5s", depth: "HeadBucket"}
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Health check"
+	HealthCheck HealthCheck `json:"healthCheck,omitempty"`
+
+	// managementPolicy: Observe (default) never changes the bucket; Manage creates it
+	// when it is missing and marks it as owned by this StorageBucket.
+	// +optional
+	// +kubebuilder:default=Observe
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Management policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Observe","urn:alm:descriptor:com.tectonic.ui:select:Manage"}
+	ManagementPolicy ManagementPolicy `json:"managementPolicy,omitempty"`
+
+	// deletionPolicy: Retain (default) keeps the bucket when the StorageBucket is
+	// deleted; Delete removes a bucket this StorageBucket manages.
+	// +optional
+	// +kubebuilder:default=Retain
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Deletion policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Retain","urn:alm:descriptor:com.tectonic.ui:select:Delete"}
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// nonEmptyStrategy applies when deletionPolicy is Delete and the bucket still holds
+	// objects: Fail (default) waits, DeleteIfEmpty leaves the bucket in place, ForceEmpty
+	// deletes every object version first.
+	// +optional
+	// +kubebuilder:default=Fail
+	NonEmptyStrategy NonEmptyStrategy `json:"nonEmptyStrategy,omitempty"`
+}
+
+// StorageBucketStatus is the bucket's health as the last probes saw it.
+//
+// The status is written when a condition or another field a user acts on changes, and
+// otherwise at most once per heartbeat (see the operator's --status-heartbeat flag), so
+// lastProbeTime, lastProbeDuration and consecutiveFailures may trail the newest probe by
+// up to one heartbeat. Per-probe detail is exported as Prometheus metrics.
+type StorageBucketStatus struct {
+	// observedGeneration is the generation of the spec the last probe used.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Ready summarises Reachable, Authenticated, BucketAvailable and (under
+	// Manage) Managed; the reason of the first failing one becomes Ready's reason.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Conditions",xDescriptors={"urn:alm:descriptor:io.kubernetes.conditions"}
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// lastProbeTime is when the bucket was last probed (refreshed at least once per heartbeat).
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Last probe",xDescriptors={"urn:alm:descriptor:text"}
+	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
+
+	// lastSuccessTime is when a probe last found the bucket healthy.
+	// +optional
+	LastSuccessTime *metav1.Time `json:"lastSuccessTime,omitempty"`
+
+	// consecutiveFailures counts the failed probes since the last healthy one.
+	// +optional
+	ConsecutiveFailures int32 `json:"consecutiveFailures,omitempty"`
+
+	// lastProbeDuration is how long the last probe took.
+	// +optional
+	LastProbeDuration *metav1.Duration `json:"lastProbeDuration,omitempty"`
+
+	// serverCertificateNotAfter is when the endpoint's TLS certificate expires.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Certificate expires",xDescriptors={"urn:alm:descriptor:text"}
+	ServerCertificateNotAfter *metav1.Time `json:"serverCertificateNotAfter,omitempty"`
+}
+
+// Condition types of a StorageBucket.
+const (
+	// ConditionReady is True when every check the probe depth includes passed.
+	ConditionReady = "Ready"
+	// ConditionReachable is True when a connection (and TLS handshake) to the endpoint succeeded.
+	ConditionReachable = "Reachable"
+	// ConditionAuthenticated is True when the endpoint accepted the credentials.
+	ConditionAuthenticated = "Authenticated"
+	// ConditionBucketAvailable is True when the bucket exists and passed the probe depth.
+	ConditionBucketAvailable = "BucketAvailable"
+	// ConditionManaged is True when, under managementPolicy Manage, the bucket carries
+	// this StorageBucket's ownership tag.
+	ConditionManaged = "Managed"
+)
+
+// StorageBucket is an object-storage bucket on an S3-compatible endpoint outside the
+// cluster, probed periodically for health and optionally created and deleted.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:storageversion
+// +kubebuilder:resource:shortName=sbk,categories=phalanks
+// +kubebuilder:printcolumn:name="Bucket",type=string,JSONPath=`.spec.bucketName`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.spec.endpoint`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +operator-sdk:csv:customresourcedefinitions:displayName="Storage Bucket",resources={{Secret,v1,""},{ConfigMap,v1,""}}
+type StorageBucket struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec StorageBucketSpec `json:"spec"`
+	// +optional
+	Status StorageBucketStatus `json:"status,omitempty"`
+}
+
+// StorageBucketList is a list of StorageBuckets.
+// +kubebuilder:object:root=true
+type StorageBucketList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []StorageBucket `json:"items"`
+}

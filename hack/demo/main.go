@@ -1,0 +1,202 @@
+// Command demo shows the operator working with no Docker: it starts the local control
+// plane and MinIO on loopback, installs the CRDs, runs the manager binary against them,
+// applies config/samples, and shows their live status until Ctrl-C.
+//
+// With DEMO_ONESHOT=1 it exits 0 as soon as every sample reached its expected state,
+// and non-zero (naming the samples that did not) after DEMO_TIMEOUT (default 5m).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/phalanks/phalanks-operator/test/harness/certs"
+	"github.com/phalanks/phalanks-operator/test/harness/cluster"
+	"github.com/phalanks/phalanks-operator/test/harness/crds"
+	"github.com/phalanks/phalanks-operator/test/harness/minio"
+	"github.com/phalanks/phalanks-operator/test/harness/process"
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
+)
+
+const (
+	// demoNamespace holds the samples.
+	demoNamespace = "phalanks-demo"
+	// operatorNamespace holds the leader election lease, as it would on a cluster.
+	operatorNamespace = "phalanks-system"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+// env is what the demo started, for the sample adapters and expectations.
+type env struct {
+	root    string
+	dir     string
+	cluster *cluster.Cluster
+	s3      *minio.Server
+	client  client.Client
+	manager *process.Process
+}
+
+func run() (err error) {
+	oneshot := os.Getenv("DEMO_ONESHOT") == "1"
+	timeout := 5 * time.Minute
+	if v := os.Getenv("DEMO_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("DEMO_TIMEOUT: %w", err)
+		}
+		timeout = d
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	root, err := tools.RepoRoot()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "phalanks-demo-")
+	if err != nil {
+		return err
+	}
+	e := &env{root: root, dir: dir}
+	defer func() { e.teardown(err == nil) }()
+
+	step("starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)")
+	if e.cluster, err = cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster")}); err != nil {
+		return err
+	}
+	if e.client, err = client.New(e.cluster.Config, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	step("starting MinIO on loopback")
+	if e.s3, err = minio.Start(minio.Options{Dir: mkdir(dir, "minio")}); err != nil {
+		return err
+	}
+	step("installing the CRDs and starting the manager")
+	if err := e.startManager(ctx); err != nil {
+		return err
+	}
+	step("applying config/samples to namespace " + demoNamespace)
+	samples, err := e.applySamples(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nThe demo cluster is up. In another terminal:\n  export KUBECONFIG=%s\n  kubectl get %s -n %s\n"+
+		"Manager log: %s\nMinIO: %s (log %s)\n\n", e.cluster.Kubeconfig, kindsArg(samples), demoNamespace,
+		e.manager.LogPath, e.s3.URL, e.s3.LogPath())
+	return e.watch(ctx, samples, oneshot, timeout)
+}
+
+func step(msg string) { fmt.Printf("demo: %s\n", msg) }
+
+func mkdir(parent, name string) string {
+	d := filepath.Join(parent, name)
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		panic(err)
+	}
+	return d
+}
+
+func (e *env) startManager(ctx context.Context) error {
+	ca, err := certs.NewCA("phalanks-demo-webhook-ca")
+	if err != nil {
+		return err
+	}
+	pair, err := ca.Issue(certs.LeafOptions{CommonName: "phalanks-webhook", Hosts: []string{"127.0.0.1", "localhost"}})
+	if err != nil {
+		return err
+	}
+	certDir := mkdir(e.dir, "webhook-certs")
+	if err := pair.Write(certDir, "tls.crt", "tls.key"); err != nil {
+		return err
+	}
+	ports := make([]int, 3)
+	for i := range ports {
+		if ports[i], err = process.FreePort(); err != nil {
+			return err
+		}
+	}
+	webhookPort, metricsPort, healthPort := ports[0], ports[1], ports[2]
+	defs, err := crds.Load(filepath.Join(e.root, "config", "crd", "bases"))
+	if err != nil {
+		return err
+	}
+	wh := &crds.Webhook{URL: fmt.Sprintf("https://%s/convert", process.HostPort(webhookPort)), CABundle: ca.CertPEM}
+	if err := crds.Install(ctx, e.client, defs, wh); err != nil {
+		return err
+	}
+	for _, ns := range []string{operatorNamespace, demoNamespace} {
+		err := e.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	e.manager = &process.Process{
+		Name: "manager",
+		Path: filepath.Join(e.root, "bin", "manager"),
+		Args: []string{
+			"--kubeconfig", e.cluster.Kubeconfig,
+			"--leader-elect", "--leader-elect-namespace", operatorNamespace,
+			"--webhook-port", strconv.Itoa(webhookPort), "--webhook-cert-dir", certDir,
+			"--metrics-bind-address", process.HostPort(metricsPort),
+			"--health-probe-bind-address", process.HostPort(healthPort),
+			"--zap-devel",
+		},
+		LogPath: filepath.Join(e.dir, "manager.log"),
+	}
+	if _, err := os.Stat(e.manager.Path); err != nil {
+		return errors.New("bin/manager is missing: run `make demo` (it builds the manager first)")
+	}
+	if err := e.manager.Start(); err != nil {
+		return err
+	}
+	return process.WaitFor(e.manager, time.Minute, func() error {
+		resp, err := http.Get("http://" + process.HostPort(healthPort) + "/readyz")
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz: %s", resp.Status)
+		}
+		return nil
+	})
+}
+
+// teardown stops everything the demo started. It removes the demo directory after a
+// clean run unless DEMO_KEEP=1, and keeps it (logs included) after a failure.
+func (e *env) teardown(clean bool) {
+	step("stopping the manager, MinIO and the control plane")
+	if e.manager != nil {
+		_ = e.manager.Stop(15 * time.Second)
+	}
+	if e.s3 != nil {
+		_ = e.s3.Stop()
+	}
+	if e.cluster != nil {
+		e.cluster.Stop()
+	}
+	if clean && os.Getenv("DEMO_KEEP") != "1" {
+		_ = os.RemoveAll(e.dir)
+		return
+	}
+	fmt.Printf("demo: logs and data kept in %s\n", e.dir)
+}

@@ -1,0 +1,179 @@
+// Command manager runs the phalanks-operator controllers and webhooks.
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+)
+
+// leaderElectionID names the Lease that elects the one replica running leader-only work.
+const leaderElectionID = "phalanks-operator.phalanks.io"
+
+// config is everything the command line sets.
+type config struct {
+	metricsAddr    string
+	metricsSecure  bool
+	metricsCertDir string
+	probeAddr      string
+	webhookPort    int
+	webhookCertDir string
+	enableHTTP2    bool
+
+	leaderElect          bool
+	leaderElectNamespace string
+	leaseDuration        time.Duration
+	renewDeadline        time.Duration
+	retryPeriod          time.Duration
+	shutdownTimeout      time.Duration
+
+	zap zap.Options
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8443",
+		"Address the metrics endpoint binds to; \"0\" disables it.")
+	fs.BoolVar(&c.metricsSecure, "metrics-secure", true,
+		"Serve metrics over HTTPS and require an authenticated, authorized client. "+
+			"Set to false only when something else protects the endpoint.")
+	fs.StringVar(&c.metricsCertDir, "metrics-cert-dir", "",
+		"Directory with tls.crt and tls.key for the metrics endpoint; empty generates a self-signed certificate.")
+	fs.StringVar(&c.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
+	fs.IntVar(&c.webhookPort, "webhook-port", webhook.DefaultPort, "Port the webhook server (CRD conversion) listens on.")
+	fs.StringVar(&c.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
+		"Directory with the webhook server's tls.crt and tls.key (where OLM mounts them).")
+	fs.BoolVar(&c.enableHTTP2, "enable-http2", false,
+		"Serve HTTP/2 on the metrics and webhook servers (off by default: CVE-2023-44487, CVE-2023-39325).")
+	fs.BoolVar(&c.leaderElect, "leader-elect", false,
+		"Elect a leader so that only one replica probes buckets and runs leader-only work.")
+	fs.StringVar(&c.leaderElectNamespace, "leader-elect-namespace", "",
+		"Namespace of the leader election Lease; empty means the pod's namespace.")
+	fs.DurationVar(&c.leaseDuration, "leader-elect-lease-duration", 15*time.Second,
+		"How long a non-leader waits before it may take over an unrenewed lease.")
+	fs.DurationVar(&c.renewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+		"How long the leader keeps retrying to renew before it gives up leadership.")
+	fs.DurationVar(&c.retryPeriod, "leader-elect-retry-period", 2*time.Second,
+		"How often candidates try to acquire or renew the lease.")
+	fs.DurationVar(&c.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second,
+		"How long to wait for running reconciles and probes on SIGTERM.")
+	ctrlconfig.RegisterFlags(fs)
+	c.zap = zap.Options{}
+	c.zap.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	return c, nil
+}
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	return s
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "error:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	cfg, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&cfg.zap)))
+	log := ctrl.Log.WithName("setup")
+
+	restCfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(restCfg, managerOptions(cfg))
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := setupReconcilers(mgr, cfg); err != nil {
+		return err
+	}
+	if err := setupWebhooks(mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("add health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return fmt.Errorf("add ready check: %w", err)
+	}
+	log.Info("starting manager")
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return fmt.Errorf("run manager: %w", err)
+	}
+	return nil
+}
+
+func managerOptions(cfg config) manager.Options {
+	var tlsOpts []func(*tls.Config)
+	if !cfg.enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metrics := metricsserver.Options{
+		BindAddress:   cfg.metricsAddr,
+		SecureServing: cfg.metricsSecure,
+		CertDir:       cfg.metricsCertDir,
+		TLSOpts:       tlsOpts,
+	}
+	if cfg.metricsSecure {
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return manager.Options{
+		Scheme:                        newScheme(),
+		Metrics:                       metrics,
+		HealthProbeBindAddress:        cfg.probeAddr,
+		WebhookServer:                 webhook.NewServer(webhook.Options{Port: cfg.webhookPort, CertDir: cfg.webhookCertDir, TLSOpts: tlsOpts}),
+		LeaderElection:                cfg.leaderElect,
+		LeaderElectionID:              leaderElectionID,
+		LeaderElectionNamespace:       cfg.leaderElectNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &cfg.leaseDuration,
+		RenewDeadline:                 &cfg.renewDeadline,
+		RetryPeriod:                   &cfg.retryPeriod,
+		GracefulShutdownTimeout:       &cfg.shutdownTimeout,
+	}
+}
+
+// Every reconciler reports through the events.k8s.io API.
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// setupReconcilers registers each controller through its own setup function.
+func setupReconcilers(_ manager.Manager, _ config) error {
+	return nil
+}
+
+// setupWebhooks registers the conversion webhooks.
+func setupWebhooks(_ manager.Manager) error {
+	return nil
+}

@@ -1,0 +1,425 @@
+// Package cluster runs a local Kubernetes control plane from real components: etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler and kwok with fake nodes. Pods
+// are scheduled and reported Running by kwok, so Deployments become Available and
+// garbage collection works, with no kubelet and no container runtime.
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/phalanks/phalanks-operator/test/harness/certs"
+	"github.com/phalanks/phalanks-operator/test/harness/process"
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
+)
+
+// Options configures a cluster.
+type Options struct {
+	// Dir holds data, certificates, kubeconfigs and logs. It must be private to the cluster.
+	Dir string
+	// Nodes is the number of fake nodes (default 1).
+	Nodes int
+	// APIServerArgs are extra kube-apiserver flags ("--name=value").
+	APIServerArgs []string
+}
+
+// Cluster is a running local control plane.
+type Cluster struct {
+	// Kubeconfig is the path of an administrator kubeconfig.
+	Kubeconfig string
+	// Config is the administrator's REST config.
+	Config *rest.Config
+	// Server is the API server's URL.
+	Server string
+	// LogDir holds one log file per component.
+	LogDir string
+
+	o        Options
+	pki      string
+	tokens   map[string]string
+	caPEM    []byte
+	etcd     *process.Process
+	api      *process.Process
+	kcm      *process.Process
+	sched    *process.Process
+	kwok     *process.Process
+	apiPort  int
+	etcdPort int
+}
+
+// Start brings up the control plane and the fake nodes and returns when a node is Ready.
+func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
+	if o.Nodes == 0 {
+		o.Nodes = 1
+	}
+	c := &Cluster{o: o, LogDir: filepath.Join(o.Dir, "logs"), pki: filepath.Join(o.Dir, "pki")}
+	defer func() {
+		if err != nil {
+			c.Stop()
+			err = fmt.Errorf("%w (component logs in %s)", err, c.LogDir)
+		}
+	}()
+	for _, d := range []string{c.LogDir, c.pki} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.writePKI(); err != nil {
+		return nil, err
+	}
+	if err := c.startEtcd(); err != nil {
+		return nil, err
+	}
+	if err := c.StartAPIServer(); err != nil {
+		return nil, err
+	}
+	if err := c.startControllers(); err != nil {
+		return nil, err
+	}
+	if err := c.createNodes(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+//go:embed kwok-stages.yaml
+var kwokStages []byte
+
+// Users of the control plane, each with a static token in the system:masters group.
+var users = []string{"admin", "kube-controller-manager", "kube-scheduler", "kwok"}
+
+func (c *Cluster) writePKI() error {
+	ca, err := certs.NewCA("phalanks-local-ca")
+	if err != nil {
+		return err
+	}
+	c.caPEM = ca.CertPEM
+	if err := os.WriteFile(filepath.Join(c.pki, "ca.crt"), ca.CertPEM, 0o600); err != nil {
+		return err
+	}
+	serving, err := ca.Issue(certs.LeafOptions{
+		CommonName: "kube-apiserver",
+		Hosts:      []string{"127.0.0.1", "localhost", "10.0.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+	})
+	if err != nil {
+		return err
+	}
+	if err := serving.Write(c.pki, "apiserver.crt", "apiserver.key"); err != nil {
+		return err
+	}
+	// The service-account signer is a second key pair; a leaf certificate's key serves.
+	sa, err := ca.Issue(certs.LeafOptions{CommonName: "service-accounts"})
+	if err != nil {
+		return err
+	}
+	if err := sa.Write(c.pki, "sa.crt", "sa.key"); err != nil {
+		return err
+	}
+	c.tokens = map[string]string{}
+	var lines []string
+	for _, u := range users {
+		c.tokens[u] = randomHex(24)
+		lines = append(lines, fmt.Sprintf("%s,%s,%s,\"system:masters\"", c.tokens[u], u, u))
+	}
+	if err := os.WriteFile(filepath.Join(c.pki, "tokens.csv"), []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		return err
+	}
+	if c.apiPort, err = process.FreePort(); err != nil {
+		return err
+	}
+	c.Server = "https://" + process.HostPort(c.apiPort)
+	for _, u := range users {
+		if err := c.writeKubeconfig(u); err != nil {
+			return err
+		}
+	}
+	c.Kubeconfig = c.kubeconfigPath("admin")
+	c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	c.Config.QPS, c.Config.Burst = 1000, 2000
+	return nil
+}
+
+func (c *Cluster) kubeconfigPath(user string) string {
+	return filepath.Join(c.o.Dir, user+".kubeconfig")
+}
+
+func (c *Cluster) writeKubeconfig(user string) error {
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: %s
+  user:
+    token: %s
+contexts:
+- name: local
+  context: {cluster: local, user: %s}
+current-context: local
+`, c.Server, filepath.Join(c.pki, "ca.crt"), user, c.tokens[user], user)
+	return os.WriteFile(c.kubeconfigPath(user), []byte(cfg), 0o600)
+}
+
+func (c *Cluster) component(name string, args ...string) (*process.Process, error) {
+	bin, err := tools.Path(name)
+	if err != nil {
+		return nil, err
+	}
+	return &process.Process{Name: name, Path: bin, Args: args, LogPath: filepath.Join(c.LogDir, name+".log")}, nil
+}
+
+func (c *Cluster) startEtcd() error {
+	var err error
+	if c.etcdPort, err = process.FreePort(); err != nil {
+		return err
+	}
+	peerPort, err := process.FreePort()
+	if err != nil {
+		return err
+	}
+	client := "http://" + process.HostPort(c.etcdPort)
+	peer := "http://" + process.HostPort(peerPort)
+	c.etcd, err = c.component("etcd",
+		"--data-dir", filepath.Join(c.o.Dir, "etcd"),
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "default="+peer,
+		"--unsafe-no-fsync", "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	if err := c.etcd.Start(); err != nil {
+		return err
+	}
+	return process.WaitFor(c.etcd, time.Minute, func() error { return httpOK(http.DefaultClient, client+"/health", "") })
+}
+
+// StartAPIServer starts kube-apiserver on the cluster's fixed address (also after
+// StopAPIServer, for fault tests) and waits until it is ready.
+func (c *Cluster) StartAPIServer() error {
+	if c.api != nil && c.api.Running() {
+		return errors.New("kube-apiserver is already running")
+	}
+	args := []string{
+		"--etcd-servers", "http://" + process.HostPort(c.etcdPort),
+		"--bind-address", "127.0.0.1",
+		"--advertise-address", "127.0.0.1",
+		"--secure-port", strconv.Itoa(c.apiPort),
+		"--tls-cert-file", filepath.Join(c.pki, "apiserver.crt"),
+		"--tls-private-key-file", filepath.Join(c.pki, "apiserver.key"),
+		"--client-ca-file", filepath.Join(c.pki, "ca.crt"),
+		"--token-auth-file", filepath.Join(c.pki, "tokens.csv"),
+		"--authorization-mode", "Node,RBAC",
+		"--service-cluster-ip-range", "10.0.0.0/24",
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", filepath.Join(c.pki, "sa.key"),
+		"--service-account-signing-key-file", filepath.Join(c.pki, "sa.key"),
+		"--allow-privileged=true",
+		"--endpoint-reconciler-type", "none",
+	}
+	args = append(args, c.o.APIServerArgs...)
+	var err error
+	if c.api, err = c.component("kube-apiserver", args...); err != nil {
+		return err
+	}
+	if err := c.api.Start(); err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.caPEM)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	return process.WaitFor(c.api, 2*time.Minute, func() error { return httpOK(hc, c.Server+"/readyz", c.tokens["admin"]) })
+}
+
+// StopAPIServer stops kube-apiserver, leaving etcd and the other components running.
+func (c *Cluster) StopAPIServer() error { return c.api.Stop(5 * time.Second) }
+
+func (c *Cluster) startControllers() error {
+	var err error
+	c.kcm, err = c.component("kube-controller-manager",
+		"--kubeconfig", c.kubeconfigPath("kube-controller-manager"),
+		"--secure-port", "0",
+		"--leader-elect=false",
+		"--service-account-private-key-file", filepath.Join(c.pki, "sa.key"),
+		"--root-ca-file", filepath.Join(c.pki, "ca.crt"),
+		"--cluster-cidr", "10.1.0.0/16",
+		"--controllers", "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-csrsigning",
+	)
+	if err != nil {
+		return err
+	}
+	c.sched, err = c.component("kube-scheduler",
+		"--kubeconfig", c.kubeconfigPath("kube-scheduler"),
+		"--secure-port", "0",
+		"--leader-elect=false",
+	)
+	if err != nil {
+		return err
+	}
+	kwokPort, err := process.FreePort()
+	if err != nil {
+		return err
+	}
+	stages := filepath.Join(c.o.Dir, "kwok-stages.yaml")
+	if err := os.WriteFile(stages, kwokStages, 0o600); err != nil {
+		return err
+	}
+	c.kwok, err = c.component("kwok",
+		"--kubeconfig", c.kubeconfigPath("kwok"),
+		"--config", stages,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
+		"--cidr", "10.1.0.0/16",
+		"--node-ip", "10.0.1.1",
+		"--server-address", process.HostPort(kwokPort),
+	)
+	if err != nil {
+		return err
+	}
+	for _, p := range []*process.Process{c.kcm, c.sched, c.kwok} {
+		if err := p.Start(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) createNodes(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	for i := range c.o.Nodes {
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        fmt.Sprintf("kwok-node-%d", i),
+				Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+				Labels:      map[string]string{"type": "kwok", "kubernetes.io/hostname": fmt.Sprintf("kwok-node-%d", i)},
+			},
+			Status: corev1.NodeStatus{
+				Allocatable: fakeCapacity(),
+				Capacity:    fakeCapacity(),
+			},
+		}
+		created, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("create node: %w", err)
+		}
+		// Admission taints new nodes not-ready; the node lifecycle controller that would
+		// lift the taint is off (kwok sends no heartbeats), so lift it here.
+		created.Spec.Taints = nil
+		if _, err := cs.CoreV1().Nodes().Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("untaint node: %w", err)
+		}
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if err := c.failedComponent(); err != nil {
+			return err
+		}
+		n, err := cs.CoreV1().Nodes().Get(ctx, "kwok-node-0", metav1.GetOptions{})
+		if err == nil && nodeReady(n) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node kwok-node-0 not Ready after 2m: %w", errors.Join(err, errors.New("timed out")))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) failedComponent() error {
+	for _, p := range []*process.Process{c.etcd, c.api, c.kcm, c.sched, c.kwok} {
+		if p != nil {
+			if err := p.FailedEarly(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Healthy returns an error naming the first component that has exited.
+func (c *Cluster) Healthy() error { return c.failedComponent() }
+
+// Stop ends every component, newest first.
+func (c *Cluster) Stop() {
+	for _, p := range []*process.Process{c.kwok, c.sched, c.kcm, c.api, c.etcd} {
+		if p != nil {
+			_ = p.Stop(15 * time.Second)
+		}
+	}
+}
+
+func fakeCapacity() corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods:   resource.MustParse("1000"),
+	}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func httpOK(hc *http.Client, url, token string) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}

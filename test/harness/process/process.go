@@ -1,0 +1,199 @@
+// Package process runs the servers the harnesses need (etcd, kube-apiserver, MinIO, …) as
+// child processes that log to files and are always stopped by PID, also when the test
+// process dies first.
+package process
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Process is one child process. Fill the exported fields, then Start it.
+type Process struct {
+	Name string
+	Path string
+	Args []string
+	// Env is added to the parent's environment; an entry "KEY=" with an empty value
+	// removes KEY.
+	Env     []string
+	LogPath string
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error
+}
+
+// Start launches the process. The child receives SIGKILL if the test process dies.
+func (p *Process) Start() error {
+	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open log of %s: %w", p.Name, err)
+	}
+	cmd := exec.Command(p.Path, p.Args...)
+	cmd.Env = mergeEnv(os.Environ(), p.Env)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	p.cmd = cmd
+	p.exited = make(chan struct{})
+	go func() {
+		p.err = cmd.Wait()
+		_ = logFile.Close()
+		close(p.exited)
+	}()
+	return nil
+}
+
+// PID returns the process ID, or 0 before Start.
+func (p *Process) PID() int {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// Exited is closed when the process has ended.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Running reports whether the process was started and has not ended.
+func (p *Process) Running() bool {
+	if p.exited == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop sends SIGTERM to the process group, waits up to grace, then kills it.
+func (p *Process) Stop(grace time.Duration) error {
+	if !p.Running() {
+		return nil
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(grace):
+	}
+	p.Kill()
+	return nil
+}
+
+// Kill sends SIGKILL to the process group and waits for the process to end.
+func (p *Process) Kill() {
+	if !p.Running() {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.exited
+}
+
+// Err returns how the process ended, once Exited is closed.
+func (p *Process) Err() error { return p.err }
+
+// FailedEarly returns an error if the process has already ended, quoting its log.
+func (p *Process) FailedEarly() error {
+	if p.exited == nil || p.Running() {
+		return nil
+	}
+	cause := p.err
+	if cause == nil {
+		cause = errors.New("exit status 0")
+	}
+	return fmt.Errorf("%s exited: %w; log %s:\n%s", p.Name, cause, p.LogPath, Tail(p.LogPath, 40))
+}
+
+// Tail returns the last n lines of a file, for error messages.
+func Tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	end := len(data)
+	for i := len(data) - 1; i >= 0 && n >= 0; i-- {
+		if data[i] == '\n' {
+			n--
+			if n < 0 {
+				return string(data[i+1 : end])
+			}
+		}
+	}
+	return string(data)
+}
+
+func mergeEnv(base, extra []string) []string {
+	drop := map[string]bool{}
+	for _, kv := range extra {
+		for i := 0; i < len(kv); i++ {
+			if kv[i] == '=' {
+				drop[kv[:i]] = true
+				break
+			}
+		}
+	}
+	out := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		name := kv
+		for i := 0; i < len(kv); i++ {
+			if kv[i] == '=' {
+				name = kv[:i]
+				break
+			}
+		}
+		if !drop[name] {
+			out = append(out, kv)
+		}
+	}
+	for _, kv := range extra {
+		if kv[len(kv)-1] != '=' {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// HostPort joins 127.0.0.1 and a port.
+func HostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// WaitFor polls check every interval until it returns nil, the process exits, or timeout
+// passes.
+func WaitFor(p *Process, timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		if last = check(); last == nil {
+			return nil
+		}
+		if err := p.FailedEarly(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errors.Join(fmt.Errorf("%s not ready after %s", p.Name, timeout), last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,75 @@
+// Package tools locates the binaries that hack/tools/build.sh builds (kube-apiserver,
+// etcd, kwok, MinIO, …) for the test harnesses and the demo.
+package tools
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// EnvBinDir names the environment variable that overrides where tool binaries are found.
+const EnvBinDir = "PHALANKS_TOOLS_BIN"
+
+var (
+	rootOnce sync.Once
+	root     string
+	errRoot  error
+)
+
+// RepoRoot returns the directory of this repository's go.mod, found by walking up from
+// the working directory (go test runs each package in its own directory).
+func RepoRoot() (string, error) {
+	rootOnce.Do(func() {
+		dir, err := os.Getwd()
+		if err != nil {
+			errRoot = err
+			return
+		}
+		for {
+			data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+			if err == nil && isOurModule(data) {
+				root = dir
+				return
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				errRoot = fmt.Errorf("no phalanks-operator go.mod above the working directory")
+				return
+			}
+			dir = parent
+		}
+	})
+	return root, errRoot
+}
+
+func isOurModule(gomod []byte) bool {
+	const want = "module github.com/phalanks/phalanks-operator\n"
+	return len(gomod) >= len(want) && string(gomod[:len(want)]) == want
+}
+
+// BinDir returns the directory holding the tool binaries.
+func BinDir() (string, error) {
+	if dir := os.Getenv(EnvBinDir); dir != "" {
+		return dir, nil
+	}
+	r, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(r, "bin"), nil
+}
+
+// Path returns the path of the named tool binary, or an error telling how to build it.
+func Path(name string) (string, error) {
+	dir, err := BinDir()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, name)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("tool %s not found in %s: run `make tools` first", name, dir)
+	}
+	return p, nil
+}
