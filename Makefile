@@ -75,9 +75,12 @@ test: verify vet lint tools-runtime ## Run verify, vet, lint, then unit, envtest
 test-e2e: build tools-runtime ## Run the demo once to its expected states, and the local-cluster e2e suite.
 	DEMO_ONESHOT=1 go run ./hack/demo
 
+# Scenario benchmarks run one at a time (-p 1): each measures a peer in the same run
+# and reports ratios, and two at once would share the two cores.
+BENCH ?= .
 .PHONY: bench
-bench: build tools-runtime ## Run the benchmarks; results go to docs/benchmarks.md by hand.
-	@echo "bench: no benchmarks yet"
+bench: build tools-runtime ## Run the scenario benchmarks under test/bench (BENCH=regexp selects).
+	go test -p 1 -count=1 -run '^$$' -bench '$(BENCH)' -benchtime=1x -timeout=80m ./test/bench/...
 
 ##@ Build
 

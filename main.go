@@ -20,12 +20,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 )
 
 // leaderElectionID names the Lease that elects the one replica running leader-only work.
 const leaderElectionID = "phalanks-operator.phalanks.io"
 
-// config is everything the command line sets.
+// config is everything the command line sets. Each controller package owns its options
+// (an Options struct with BindFlags) and is registered in setupReconcilers.
 type config struct {
 	metricsAddr    string
 	metricsSecure  bool
@@ -88,6 +92,8 @@ func parseFlags(args []string) (config, error) {
 func newScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(phalanksv1alpha1.AddToScheme(s))
+	utilruntime.Must(phalanksv1beta1.AddToScheme(s))
 	return s
 }
 
