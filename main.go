@@ -23,6 +23,8 @@ import (
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/internal/storagemigration"
+	"github.com/phalanks/phalanks-operator/internal/webhooks"
 )
 
 // leaderElectionID names the Lease that elects the one replica running leader-only work.
@@ -128,9 +130,13 @@ func run(args []string) error {
 	if err := setupWebhooks(mgr); err != nil {
 		return err
 	}
+	if err := setupMigrations(mgr); err != nil {
+		return err
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("add health check: %w", err)
 	}
+	// Ready once the conversion webhook serves: before that, reads of v1alpha1 fail.
 	if err := mgr.AddReadyzCheck("readyz", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
@@ -180,6 +186,21 @@ func setupReconcilers(_ manager.Manager, _ config) error {
 }
 
 // setupWebhooks registers the conversion webhooks.
-func setupWebhooks(_ manager.Manager) error {
+func setupWebhooks(mgr manager.Manager) error {
+	return webhooks.Setup(mgr)
+}
+
+// setupMigrations moves objects stored in an older version to the storage version once
+// per start (leader only), so that a later release can drop the old version.
+func setupMigrations(mgr manager.Manager) error {
+	m := &storagemigration.Migrator{
+		CRDName: "storagebuckets." + phalanksv1beta1.GroupVersion.Group,
+		Reader:  mgr.GetAPIReader(),
+		Writer:  mgr.GetClient(),
+		Log:     ctrl.Log.WithName("storage-migration"),
+	}
+	if err := mgr.Add(m); err != nil {
+		return fmt.Errorf("add storage migration: %w", err)
+	}
 	return nil
 }
