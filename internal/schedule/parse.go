@@ -181,10 +181,10 @@ func window(s string) (start, end int, err error) {
 	if end, err = clock(to); err != nil {
 		return 0, 0, fmt.Errorf("end %w", err)
 	}
-	switch {
-	case start == minutesPerDay:
+	switch start {
+	case minutesPerDay:
 		return 0, 0, errors.New("start 24:00 is the end of the day; use 00:00")
-	case start == end:
+	case end:
 		return 0, 0, fmt.Errorf("start and end are both %s, so the window is empty; use 00:00-24:00 for a whole day", from)
 	}
 	return start, end, nil

@@ -195,7 +195,7 @@ func (e *parseError) Error() string { return strings.Join(e.problems, "; ") }
 // constant is always, never, true or false.
 type constant bool
 
-func (c constant) contains(time.Time) bool     { return bool(c) }
+func (c constant) contains(time.Time) bool      { return bool(c) }
 func (c constant) nextEdge(time.Time) time.Time { return time.Time{} }
 
 // interval is an absolute range [from, until), or one side of it: from (inclusive) or
