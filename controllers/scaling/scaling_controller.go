@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -132,7 +133,7 @@ type reconciler struct {
 }
 
 func (r *reconciler) setup(mgr ctrl.Manager, c cache.Cache, o Options) error {
-	name := "scaling-" + map[string]string{"Deployment": "deployment", "StatefulSet": "statefulset"}[r.kind.name]
+	name := "scaling-" + strings.ToLower(r.kind.name)
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		WithOptions(controller.Options{

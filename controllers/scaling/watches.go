@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -22,8 +23,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// hpaTargetIndex indexes HorizontalPodAutoscalers by "<kind>/<name>" of their target.
+// hpaTargetIndex indexes HorizontalPodAutoscalers that target an apps/v1 workload by
+// "<kind>/<name>" of their target.
 const hpaTargetIndex = "phalanks.io/scale-target"
+
+// targetsApps reports whether an autoscaler targets a kind of the apps group.
+func targetsApps(ref autoscalingv2.CrossVersionObjectReference) bool {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == appsv1.GroupName
+}
 
 // newCache returns the scaler's own cache. Deployments and StatefulSets are watched
 // cluster-wide, but only their identity, spec.replicas, controller reference and
@@ -50,6 +58,9 @@ func newCache(mgr manager.Manager) (cache.Cache, error) {
 	}
 	err = c.IndexField(context.Background(), &autoscalingv2.HorizontalPodAutoscaler{}, hpaTargetIndex, func(o client.Object) []string {
 		ref := o.(*autoscalingv2.HorizontalPodAutoscaler).Spec.ScaleTargetRef
+		if !targetsApps(ref) {
+			return nil
+		}
 		return []string{ref.Kind + "/" + ref.Name}
 	})
 	if err != nil {
@@ -133,7 +144,7 @@ func namespacePredicate() predicate.TypedFuncs[client.Object] {
 func hpaHandler(k kind, reader client.Reader) handler.TypedEventHandler[client.Object, reconcile.Request] {
 	return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		ref := o.(*autoscalingv2.HorizontalPodAutoscaler).Spec.ScaleTargetRef
-		if ref.Kind != k.name {
+		if ref.Kind != k.name || !targetsApps(ref) {
 			return nil
 		}
 		key := types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}
