@@ -47,7 +47,12 @@ func TestAnAutoscalerPausesWhileItsTargetIsScaledToZero(t *testing.T) {
 	g.Expect(scaling.SetupWithManager(mgr, scaling.Options{Concurrency: 1})).To(Succeed())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
 
 	labels := map[string]string{"app": "web"}
 	web := &appsv1.Deployment{
@@ -117,7 +122,7 @@ func TestAnAutoscalerPausesWhileItsTargetIsScaledToZero(t *testing.T) {
 	}
 	setDowntime("always")
 	g.Eventually(replicas).WithTimeout(time.Minute).Should(BeEquivalentTo(0))
-	g.Eventually(scalingActive).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Equal("False/ScalingDisabled"))
+	g.Eventually(scalingActive).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Equal("False/ScalingDisabled"))
 	g.Consistently(replicas).WithTimeout(5*time.Second).WithPolling(time.Second).Should(BeEquivalentTo(0),
 		"the autoscaler must not scale a paused target back up")
 	live := &autoscalingv2.HorizontalPodAutoscaler{}
@@ -126,5 +131,5 @@ func TestAnAutoscalerPausesWhileItsTargetIsScaledToZero(t *testing.T) {
 
 	setDowntime("")
 	g.Eventually(replicas).WithTimeout(time.Minute).Should(BeEquivalentTo(3))
-	g.Eventually(scalingActive).WithTimeout(2*time.Minute).WithPolling(time.Second).ShouldNot(Equal("False/ScalingDisabled"))
+	g.Eventually(scalingActive).WithTimeout(2 * time.Minute).WithPolling(time.Second).ShouldNot(Equal("False/ScalingDisabled"))
 }
