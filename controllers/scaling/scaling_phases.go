@@ -3,6 +3,7 @@ package scaling
 import (
 	"context"
 	"fmt"
+	"unicode/utf8"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -93,6 +94,22 @@ func (r *reconciler) emit(ctx context.Context, obj client.Object, d decision) {
 			typ = corev1.EventTypeWarning
 		}
 		log.Info(note, "reason", e.reason, "state", d.state)
-		r.recorder.Eventf(obj, nil, typ, e.reason, e.action, "%s", note)
+		r.recorder.Eventf(obj, nil, typ, e.reason, e.action, "%s", truncate(note, maxNote))
 	}
+}
+
+// maxNote is the longest note the API server accepts on an events.k8s.io Event.
+const maxNote = 1024
+
+// truncate shortens s to at most n bytes, on a character boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }
