@@ -311,3 +311,21 @@ func TestRequeueAfterNeverDropsARequeue(t *testing.T) {
 		t.Errorf("requeue after %s, want 1h", got)
 	}
 }
+
+func TestFlagDefaultsAreValidatedAtStart(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"an unknown zone", Options{TimeZone: "Mars/Olympus"}, "--scaling-time-zone"},
+		{"a misspelt week frame", Options{Weekdays: "Mon-Fry"}, "--scaling-weekdays"},
+	} {
+		if _, err := c.o.defaults(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one naming %s", c.name, err, c.want)
+		}
+	}
+	if d, err := (&Options{TimeZone: "Europe/Berlin", Weekdays: "Mon-Fri"}).defaults(); err != nil || d.TimeZone != "Europe/Berlin" {
+		t.Errorf("valid defaults: %+v, %v", d, err)
+	}
+}
