@@ -23,6 +23,7 @@ import (
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/controllers/scaling"
 	"github.com/phalanks/phalanks-operator/internal/storagemigration"
 	"github.com/phalanks/phalanks-operator/internal/webhooks"
 )
@@ -47,6 +48,8 @@ type config struct {
 	renewDeadline        time.Duration
 	retryPeriod          time.Duration
 	shutdownTimeout      time.Duration
+
+	scaling scaling.Options
 
 	zap zap.Options
 }
@@ -79,6 +82,7 @@ func parseFlags(args []string) (config, error) {
 		"How often candidates try to acquire or renew the lease.")
 	fs.DurationVar(&c.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second,
 		"How long to wait for running reconciles and probes on SIGTERM.")
+	c.scaling.BindFlags(fs)
 	ctrlconfig.RegisterFlags(fs)
 	c.zap = zap.Options{}
 	c.zap.BindFlags(fs)
@@ -181,7 +185,10 @@ func managerOptions(cfg config) manager.Options {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // setupReconcilers registers each controller through its own setup function.
-func setupReconcilers(_ manager.Manager, _ config) error {
+func setupReconcilers(mgr manager.Manager, cfg config) error {
+	if err := scaling.SetupWithManager(mgr, cfg.scaling); err != nil {
+		return fmt.Errorf("set up scheduled scaling: %w", err)
+	}
 	return nil
 }
 
