@@ -106,8 +106,9 @@ build: ## Build the manager binary.
 	go build -o $(BIN)/manager .
 
 .PHONY: run
-run: manifests generate ## Run the manager against the current kubeconfig.
-	go run . --metrics-bind-address=0 --health-probe-bind-address=:8081
+run: manifests generate ## Run the manager against the current kubeconfig (webhook on a self-signed certificate).
+	go run ./hack/devcerts -dir $(BIN)/dev-certs
+	go run . --metrics-bind-address=0 --health-probe-bind-address=:8081 --webhook-cert-dir=$(BIN)/dev-certs
 
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a container runtime).

@@ -23,6 +23,9 @@ import (
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/controllers/scaling"
+	"github.com/phalanks/phalanks-operator/internal/storagemigration"
+	"github.com/phalanks/phalanks-operator/internal/webhooks"
 )
 
 // leaderElectionID names the Lease that elects the one replica running leader-only work.
@@ -45,6 +48,8 @@ type config struct {
 	renewDeadline        time.Duration
 	retryPeriod          time.Duration
 	shutdownTimeout      time.Duration
+
+	scaling scaling.Options
 
 	zap zap.Options
 }
@@ -77,6 +82,7 @@ func parseFlags(args []string) (config, error) {
 		"How often candidates try to acquire or renew the lease.")
 	fs.DurationVar(&c.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second,
 		"How long to wait for running reconciles and probes on SIGTERM.")
+	c.scaling.BindFlags(fs)
 	ctrlconfig.RegisterFlags(fs)
 	c.zap = zap.Options{}
 	c.zap.BindFlags(fs)
@@ -128,9 +134,13 @@ func run(args []string) error {
 	if err := setupWebhooks(mgr); err != nil {
 		return err
 	}
+	if err := setupMigrations(mgr); err != nil {
+		return err
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("add health check: %w", err)
 	}
+	// Ready once the conversion webhook serves: before that, reads of v1alpha1 fail.
 	if err := mgr.AddReadyzCheck("readyz", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
@@ -175,11 +185,29 @@ func managerOptions(cfg config) manager.Options {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // setupReconcilers registers each controller through its own setup function.
-func setupReconcilers(_ manager.Manager, _ config) error {
+func setupReconcilers(mgr manager.Manager, cfg config) error {
+	if err := scaling.SetupWithManager(mgr, cfg.scaling); err != nil {
+		return fmt.Errorf("set up scheduled scaling: %w", err)
+	}
 	return nil
 }
 
 // setupWebhooks registers the conversion webhooks.
-func setupWebhooks(_ manager.Manager) error {
+func setupWebhooks(mgr manager.Manager) error {
+	return webhooks.Setup(mgr)
+}
+
+// setupMigrations moves objects stored in an older version to the storage version once
+// per start (leader only), so that a later release can drop the old version.
+func setupMigrations(mgr manager.Manager) error {
+	m := &storagemigration.Migrator{
+		CRDName: "storagebuckets." + phalanksv1beta1.GroupVersion.Group,
+		Reader:  mgr.GetAPIReader(),
+		Writer:  mgr.GetClient(),
+		Log:     ctrl.Log.WithName("storage-migration"),
+	}
+	if err := mgr.Add(m); err != nil {
+		return fmt.Errorf("add storage migration: %w", err)
+	}
 	return nil
 }

@@ -22,7 +22,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &Foo{}, &FooList{})
+	s.AddKnownTypes(GroupVersion, &Foo{}, &FooList{}, &StorageBucket{}, &StorageBucketList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

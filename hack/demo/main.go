@@ -158,6 +158,8 @@ func (e *env) startManager(ctx context.Context) error {
 			"--webhook-port", strconv.Itoa(webhookPort), "--webhook-cert-dir", certDir,
 			"--metrics-bind-address", process.HostPort(metricsPort),
 			"--health-probe-bind-address", process.HostPort(healthPort),
+			// The scheduled-scaling sample is applied moments before its downtime.
+			"--scaling-grace-period=10s",
 			"--zap-devel",
 		},
 		LogPath: filepath.Join(e.dir, "manager.log"),

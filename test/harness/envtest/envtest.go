@@ -122,3 +122,7 @@ func (e *Env) KubeconfigUser(name string, groups ...string) ([]byte, error) {
 	}
 	return u.KubeConfig()
 }
+
+// EtcdURL returns the client URL of the environment's etcd, for tests that check how
+// objects are stored.
+func (e *Env) EtcdURL() string { return e.env.ControlPlane.Etcd.URL.String() }

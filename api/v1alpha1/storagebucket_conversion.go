@@ -1,0 +1,287 @@
+package v1alpha1
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/conversion"
+
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+)
+
+// ConversionDataAnnotation carries, on a StorageBucket served as v1alpha1, the v1beta1
+// spec and status that the v1alpha1 shape cannot express. Converting back to v1beta1
+// restores them, so a client of v1alpha1 that reads, edits and writes an object loses
+// nothing it did not change. The key is reserved: the value is rewritten on every
+// conversion to v1alpha1 and removed on every conversion to v1beta1.
+const ConversionDataAnnotation = "phalanks.io/conversion-data"
+
+// Defaults a v1alpha1 object gets for the v1beta1 fields it cannot express, matching the
+// v1beta1 schema defaults.
+const (
+	defaultProbeTimeout = 5 * time.Second
+	credentialsKeyID    = "AWS_ACCESS_KEY_ID"     //nolint:gosec // G101: a Secret key name, not a credential
+	credentialsSecret   = "AWS_SECRET_ACCESS_KEY" //nolint:gosec // G101: a Secret key name, not a credential
+	schemeHTTP          = "http://"
+	schemeHTTPS         = "https://"
+	reasonHealthy       = "Healthy"
+	reasonUnhealthy     = "Unhealthy"
+)
+
+// conversionData is the annotation's JSON.
+type conversionData struct {
+	Spec   phalanksv1beta1.StorageBucketSpec   `json:"spec"`
+	Status phalanksv1beta1.StorageBucketStatus `json:"status"`
+}
+
+// ConvertTo converts this v1alpha1 StorageBucket to the v1beta1 hub.
+func (spoke *StorageBucket) ConvertTo(hubRaw conversion.Hub) error {
+	hub := hubRaw.(*phalanksv1beta1.StorageBucket)
+	hub.ObjectMeta = *spoke.ObjectMeta.DeepCopy()
+	data := takeConversionData(&hub.ObjectMeta)
+	hub.Spec = specToHub(spoke.Spec)
+	hub.Status = statusToHub(spoke.Status, spoke.CreationTimestamp)
+	if data != nil {
+		hub.Spec = restoreSpec(hub.Spec, spoke.Spec, data.Spec)
+		if statusFromHub(data.Status) == comparableStatus(spoke.Status) {
+			hub.Status = *data.Status.DeepCopy()
+		}
+	}
+	return nil
+}
+
+// ConvertFrom converts the v1beta1 hub to this v1alpha1 StorageBucket.
+func (spoke *StorageBucket) ConvertFrom(hubRaw conversion.Hub) error {
+	hub := hubRaw.(*phalanksv1beta1.StorageBucket)
+	spoke.ObjectMeta = *hub.ObjectMeta.DeepCopy()
+	spoke.Spec = specFromHub(hub.Spec)
+	status := statusFromHub(hub.Status)
+	spoke.Status = StorageBucketStatus{Healthy: status.healthy, Message: status.message}
+	if hub.Status.LastProbeTime != nil {
+		spoke.Status.LastChecked = hub.Status.LastProbeTime.DeepCopy()
+	}
+	data, err := json.Marshal(conversionData{Spec: hub.Spec, Status: hub.Status})
+	if err != nil {
+		return fmt.Errorf("encode conversion data: %w", err)
+	}
+	if spoke.Annotations == nil {
+		spoke.Annotations = map[string]string{}
+	}
+	spoke.Annotations[ConversionDataAnnotation] = string(data)
+	return nil
+}
+
+// takeConversionData removes the annotation from meta and returns its content, or nil
+// when it is absent, malformed or describes a spec the v1beta1 schema would reject.
+func takeConversionData(meta *metav1.ObjectMeta) *conversionData {
+	raw, ok := meta.Annotations[ConversionDataAnnotation]
+	if !ok {
+		return nil
+	}
+	delete(meta.Annotations, ConversionDataAnnotation)
+	if len(meta.Annotations) == 0 {
+		meta.Annotations = nil
+	}
+	data := &conversionData{}
+	if err := json.Unmarshal([]byte(raw), data); err != nil || !plausibleHubSpec(data.Spec) {
+		return nil
+	}
+	return data
+}
+
+// plausibleHubSpec rejects annotation content that breaks the v1beta1 schema's rules on
+// the fields this conversion would restore, since restored values bypass validation.
+func plausibleHubSpec(s phalanksv1beta1.StorageBucketSpec) bool {
+	oneOf := func(v string, allowed ...string) bool {
+		for _, a := range allowed {
+			if v == a {
+				return true
+			}
+		}
+		return false
+	}
+	hc := s.HealthCheck
+	switch {
+	case !oneOf(string(s.AddressingStyle), "", string(phalanksv1beta1.AddressingAuto), string(phalanksv1beta1.AddressingPath), string(phalanksv1beta1.AddressingVirtualHost)):
+		return false
+	case !oneOf(string(hc.Depth), "", string(phalanksv1beta1.ProbeConnect), string(phalanksv1beta1.ProbeHeadBucket), string(phalanksv1beta1.ProbeList), string(phalanksv1beta1.ProbeReadWrite)):
+		return false
+	case !oneOf(string(s.ManagementPolicy), "", string(phalanksv1beta1.ManagementObserve), string(phalanksv1beta1.ManagementManage)):
+		return false
+	case !oneOf(string(s.DeletionPolicy), "", string(phalanksv1beta1.DeletionRetain), string(phalanksv1beta1.DeletionDelete)):
+		return false
+	case !oneOf(string(s.NonEmptyStrategy), "", string(phalanksv1beta1.NonEmptyFail), string(phalanksv1beta1.NonEmptyDeleteIfEmpty), string(phalanksv1beta1.NonEmptyForceEmpty)):
+		return false
+	case s.DeletionPolicy == phalanksv1beta1.DeletionDelete && s.ManagementPolicy != phalanksv1beta1.ManagementManage:
+		return false
+	case hc.Timeout.Duration < 0 || (hc.Interval.Duration > 0 && hc.Timeout.Duration >= hc.Interval.Duration):
+		return false
+	case s.CABundle != nil && (s.CABundle.ConfigMapKeyRef == nil) == (s.CABundle.SecretKeyRef == nil):
+		return false
+	}
+	return true
+}
+
+// specToHub maps every v1alpha1 field and fills the rest with the v1beta1 defaults.
+func specToHub(in StorageBucketSpec) phalanksv1beta1.StorageBucketSpec {
+	scheme := schemeHTTPS
+	if in.Insecure {
+		scheme = schemeHTTP
+	}
+	interval := time.Duration(in.IntervalSeconds) * time.Second
+	out := phalanksv1beta1.StorageBucketSpec{
+		BucketName:        in.BucketName,
+		Endpoint:          scheme + in.Endpoint,
+		InsecureAllowHTTP: in.Insecure,
+		Region:            in.Region,
+		AddressingStyle:   phalanksv1beta1.AddressingAuto,
+		HealthCheck: phalanksv1beta1.HealthCheck{
+			Interval: metav1.Duration{Duration: interval},
+			Timeout:  metav1.Duration{Duration: timeoutFor(interval)},
+			Depth:    phalanksv1beta1.ProbeHeadBucket,
+		},
+		ManagementPolicy: phalanksv1beta1.ManagementObserve,
+		DeletionPolicy:   phalanksv1beta1.DeletionRetain,
+		NonEmptyStrategy: phalanksv1beta1.NonEmptyFail,
+	}
+	if in.SecretName != "" {
+		out.CredentialsSecretRef = &phalanksv1beta1.CredentialsSecretReference{
+			Name: in.SecretName, AccessKeyIDKey: credentialsKeyID, SecretAccessKeyKey: credentialsSecret,
+		}
+	}
+	return out
+}
+
+// timeoutFor keeps the default probe timeout below the interval, as v1beta1 requires.
+func timeoutFor(interval time.Duration) time.Duration {
+	if interval > 0 && interval <= defaultProbeTimeout {
+		return interval / 2
+	}
+	return defaultProbeTimeout
+}
+
+// specFromHub keeps what v1alpha1 can express.
+func specFromHub(in phalanksv1beta1.StorageBucketSpec) StorageBucketSpec {
+	endpoint, insecure := splitEndpoint(in.Endpoint, in.InsecureAllowHTTP)
+	out := StorageBucketSpec{
+		Endpoint:        endpoint,
+		BucketName:      in.BucketName,
+		Region:          in.Region,
+		Insecure:        insecure,
+		IntervalSeconds: seconds(in.HealthCheck.Interval.Duration),
+	}
+	if in.CredentialsSecretRef != nil {
+		out.SecretName = in.CredentialsSecretRef.Name
+	}
+	return out
+}
+
+// splitEndpoint turns a v1beta1 endpoint URL into the v1alpha1 host[:port] and its
+// insecure flag. A value without a known scheme is kept as it is.
+func splitEndpoint(endpoint string, allowHTTP bool) (hostPort string, insecure bool) {
+	lower := strings.ToLower(endpoint)
+	switch {
+	case strings.HasPrefix(lower, schemeHTTPS):
+		return strings.TrimSuffix(endpoint[len(schemeHTTPS):], "/"), false
+	case strings.HasPrefix(lower, schemeHTTP):
+		return strings.TrimSuffix(endpoint[len(schemeHTTP):], "/"), true
+	}
+	return endpoint, allowHTTP
+}
+
+func seconds(d time.Duration) int32 {
+	s := math.Round(d.Seconds())
+	return int32(max(math.MinInt32, min(math.MaxInt32, s)))
+}
+
+// restoreSpec returns the v1beta1 spec for a v1alpha1 spec that came with conversion
+// data. When the v1alpha1 fields still say what the saved spec says, the saved spec is
+// restored exactly; otherwise the client edited them, so the edited fields win and only
+// what v1alpha1 cannot express is restored, where it still fits the edited spec.
+func restoreSpec(derived phalanksv1beta1.StorageBucketSpec, spoke StorageBucketSpec, saved phalanksv1beta1.StorageBucketSpec) phalanksv1beta1.StorageBucketSpec {
+	if specFromHub(saved) == spoke {
+		return *saved.DeepCopy()
+	}
+	out := derived
+	out.AddressingStyle = saved.AddressingStyle
+	out.ManagementPolicy = saved.ManagementPolicy
+	out.DeletionPolicy = saved.DeletionPolicy
+	out.NonEmptyStrategy = saved.NonEmptyStrategy
+	out.HealthCheck.Depth = saved.HealthCheck.Depth
+	out.InsecureAllowHTTP = spoke.Insecure || saved.InsecureAllowHTTP
+	if savedHost, savedInsecure := splitEndpoint(saved.Endpoint, saved.InsecureAllowHTTP); savedHost == spoke.Endpoint && savedInsecure == spoke.Insecure {
+		out.Endpoint = saved.Endpoint
+	}
+	if seconds(saved.HealthCheck.Interval.Duration) == spoke.IntervalSeconds {
+		out.HealthCheck.Interval = saved.HealthCheck.Interval
+	}
+	if t := saved.HealthCheck.Timeout.Duration; t > 0 && t < out.HealthCheck.Interval.Duration {
+		out.HealthCheck.Timeout = saved.HealthCheck.Timeout
+	}
+	if saved.CABundle != nil && !spoke.Insecure {
+		out.CABundle = saved.CABundle.DeepCopy()
+	}
+	if ref := saved.CredentialsSecretRef; ref != nil && out.CredentialsSecretRef != nil && ref.Name == out.CredentialsSecretRef.Name {
+		out.CredentialsSecretRef = ref.DeepCopy()
+	}
+	return out
+}
+
+// alphaStatus is the part of a v1beta1 status that v1alpha1 shows, comparable with ==.
+// Times have the API's one-second resolution.
+type alphaStatus struct {
+	healthy     bool
+	message     string
+	checked     bool
+	lastChecked int64
+}
+
+func statusFromHub(in phalanksv1beta1.StorageBucketStatus) alphaStatus {
+	var out alphaStatus
+	for _, c := range in.Conditions {
+		if c.Type == phalanksv1beta1.ConditionReady {
+			out.healthy = c.Status == metav1.ConditionTrue
+			out.message = c.Message
+		}
+	}
+	if in.LastProbeTime != nil {
+		out.checked, out.lastChecked = true, in.LastProbeTime.Unix()
+	}
+	return out
+}
+
+func comparableStatus(in StorageBucketStatus) alphaStatus {
+	out := alphaStatus{healthy: in.Healthy, message: in.Message}
+	if in.LastChecked != nil {
+		out.checked, out.lastChecked = true, in.LastChecked.Unix()
+	}
+	return out
+}
+
+// statusToHub derives a Ready condition from the v1alpha1 summary. It is used only when
+// there is no conversion data to restore the full status from.
+func statusToHub(in StorageBucketStatus, created metav1.Time) phalanksv1beta1.StorageBucketStatus {
+	var out phalanksv1beta1.StorageBucketStatus
+	if in.LastChecked != nil {
+		out.LastProbeTime = in.LastChecked.DeepCopy()
+	}
+	if !in.Healthy && in.LastChecked == nil && in.Message == "" {
+		return out
+	}
+	ready := metav1.Condition{
+		Type: phalanksv1beta1.ConditionReady, Status: metav1.ConditionFalse, Reason: reasonUnhealthy,
+		Message: in.Message, LastTransitionTime: created,
+	}
+	if in.Healthy {
+		ready.Status, ready.Reason = metav1.ConditionTrue, reasonHealthy
+	}
+	if in.LastChecked != nil {
+		ready.LastTransitionTime = *in.LastChecked
+	}
+	out.Conditions = []metav1.Condition{ready}
+	return out
+}

@@ -1,0 +1,331 @@
+package scaling
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/phalanks/phalanks-operator/internal/schedule"
+)
+
+func mustTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+func TestDecide(t *testing.T) {
+	// Wednesday 2024-06-05: working hours Mon-Fri 08:00-18:00 UTC.
+	const work = "Mon-Fri 08:00-18:00 UTC"
+	night := mustTime("2024-06-05T20:00:00Z")
+	day := mustTime("2024-06-05T10:00:00Z")
+	longAgo := mustTime("2024-01-01T00:00:00Z")
+	nextMorning := mustTime("2024-06-06T08:00:00Z")
+	evening := mustTime("2024-06-05T18:00:00Z")
+
+	type want struct {
+		state     state
+		write     *workloadWrite
+		hpa       *hpaWrite
+		reasons   []string
+		note      string // a substring of the first event's note
+		requeueAt time.Time
+	}
+	cases := []struct {
+		name       string
+		now        time.Time
+		replicas   int32
+		created    time.Time
+		wl, ns     map[string]string
+		controller *metav1.OwnerReference
+		hpas       []hpaView
+		defaults   schedule.Defaults
+		want       want
+	}{
+		{
+			name: "a workload without scheduling annotations in a namespace without them is not managed",
+			now:  night, replicas: 3, wl: map[string]string{"other": "x"},
+			want: want{state: stateUnmanaged},
+		},
+		{
+			name: "outside the uptime a workload is scaled down and its count saved",
+			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: work},
+			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: nextMorning},
+				reasons: []string{ReasonScaleDown}, note: "from 3 to 0", requeueAt: nextMorning},
+		},
+		{
+			name: "inside the uptime nothing is written and the next transition is the evening",
+			now:  day, replicas: 3, wl: map[string]string{AnnotationUptime: work},
+			want: want{state: stateUp, requeueAt: evening},
+		},
+		{
+			name: "at the uptime the saved count is restored and the record removed",
+			now:  day, replicas: 0, wl: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3"},
+			want: want{state: stateUp, write: &workloadWrite{replicas: 3, next: evening},
+				reasons: []string{ReasonScaleUp}, note: "restored 3 replicas", requeueAt: evening},
+		},
+		{
+			name: "uptime-replicas replaces the saved count at the restore",
+			now:  day, replicas: 0, wl: map[string]string{AnnotationUptime: work, AnnotationUptimeReplicas: "5", AnnotationOriginalReplicas: "3"},
+			want: want{state: stateUp, write: &workloadWrite{replicas: 5, next: evening}, reasons: []string{ReasonScaleUp}, requeueAt: evening},
+		},
+		{
+			name: "downtime wins where it overlaps the uptime",
+			now:  day, replicas: 3, wl: map[string]string{AnnotationUptime: work, AnnotationDowntime: "2024-06-05T00:00:00Z-2024-06-06T00:00:00Z"},
+			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: nextMorning},
+				reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
+		},
+		{
+			name: "downtime-replicas sets the downtime count",
+			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"},
+			want: want{state: stateDown, write: &workloadWrite{replicas: 1, original: ptr.To[int32](3), next: nextMorning},
+				reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
+		},
+		{
+			name: "a workload already at or below the downtime count is left as it is",
+			now:  night, replicas: 1, wl: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "2"},
+			want: want{state: stateDown, requeueAt: nextMorning},
+		},
+		{
+			name: "a scaled-down workload at its downtime count needs nothing",
+			now:  night, replicas: 0, wl: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-06T08:00:00Z"},
+			want: want{state: stateDown, requeueAt: nextMorning},
+		},
+		{
+			name: "a scaled-down workload whose schedule changed gets its next transition refreshed, silently",
+			now:  night, replicas: 0, wl: map[string]string{AnnotationUptime: "Mon-Fri 09:00-18:00 UTC", AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-06T08:00:00Z"},
+			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: mustTime("2024-06-06T09:00:00Z")},
+				requeueAt: mustTime("2024-06-06T09:00:00Z")},
+		},
+		{
+			name: "a manual scale during downtime is kept until the next transition",
+			now:  night, replicas: 2, wl: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-06T08:00:00Z"},
+			want: want{state: stateOverride, reasons: []string{ReasonManualOverride}, note: "changed to 2", requeueAt: nextMorning},
+		},
+		{
+			name: "a manual scale from an earlier downtime is scaled down again, keeping the saved count",
+			now:  night, replicas: 2, wl: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-04T08:00:00Z"},
+			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: nextMorning},
+				reasons: []string{ReasonScaleDown}, note: "the saved 3", requeueAt: nextMorning},
+		},
+		{
+			name: "a new workload gets the grace period before its first scale-down",
+			now:  night, replicas: 3, created: night.Add(-5 * time.Minute), wl: map[string]string{AnnotationUptime: work},
+			want: want{state: stateGrace, reasons: []string{ReasonGracePeriod}, requeueAt: night.Add(10 * time.Minute)},
+		},
+		{
+			name: "the grace period does not delay a workload that is already scaled down",
+			now:  night, replicas: 0, created: night.Add(-5 * time.Minute), wl: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-06T08:00:00Z"},
+			want: want{state: stateDown, requeueAt: nextMorning},
+		},
+		{
+			name: "exclude keeps a workload up and restores a saved count",
+			now:  night, replicas: 0, wl: map[string]string{AnnotationUptime: work, AnnotationExclude: "true", AnnotationOriginalReplicas: "3"},
+			want: want{state: stateExcluded, write: &workloadWrite{replicas: 3}, reasons: []string{ReasonScaleUp}, note: "excluded"},
+		},
+		{
+			name: "exclude-until in the future excludes until then",
+			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: work, AnnotationExcludeUntil: "2024-06-05T22:00:00Z"},
+			want: want{state: stateExcluded, requeueAt: mustTime("2024-06-05T22:00:00Z")},
+		},
+		{
+			name: "an expired exclude-until no longer excludes",
+			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: work, AnnotationExcludeUntil: "2024-06-05T19:00:00Z"},
+			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
+		},
+		{
+			name: "namespace annotations are the defaults",
+			now:  night, replicas: 3, ns: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"},
+			want: want{state: stateDown, write: &workloadWrite{replicas: 1, original: ptr.To[int32](3), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
+		},
+		{
+			name: "a workload's schedule replaces the namespace's as a whole, downtime-replicas included",
+			now:  night, replicas: 3, wl: map[string]string{AnnotationDowntime: "Mon-Sun 19:00-20:30 UTC"}, ns: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"},
+			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: mustTime("2024-06-05T20:30:00Z")}, reasons: []string{ReasonScaleDown},
+				requeueAt: mustTime("2024-06-05T20:30:00Z")},
+		},
+		{
+			name: "a workload's exclusion applies on top of its namespace's schedule",
+			now:  night, replicas: 3, wl: map[string]string{AnnotationExclude: "true"}, ns: map[string]string{AnnotationUptime: work},
+			want: want{state: stateExcluded},
+		},
+		{
+			name: "a namespace exclusion is overridden by the workload's exclude=false",
+			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: work, AnnotationExclude: "false"}, ns: map[string]string{AnnotationExclude: "true"},
+			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
+		},
+		{
+			name: "removing the schedule restores the saved count and drops the records",
+			now:  night, replicas: 0, wl: map[string]string{AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-06T08:00:00Z"},
+			want: want{state: stateUnmanaged, write: &workloadWrite{replicas: 3}, reasons: []string{ReasonScaleUp}, note: "no schedule applies"},
+		},
+		{
+			name: "a default week frame and zone complete a short schedule",
+			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: "08:00-18:00"}, defaults: schedule.Defaults{TimeZone: "UTC", Weekdays: "Mon-Fri"},
+			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
+		},
+		{
+			name: "a workload controlled by another controller is left alone, with the reason",
+			now:  night, replicas: 3, ns: map[string]string{AnnotationUptime: work},
+			controller: &metav1.OwnerReference{Kind: "Foo", Name: "example", Controller: ptr.To(true)},
+			want:       want{state: stateOwned, reasons: []string{ReasonControlledByOwner}, note: "controlled by Foo example"},
+		},
+		{
+			name: "a malformed schedule names the element and the reason and scales nothing",
+			now:  night, replicas: 3, wl: map[string]string{AnnotationDowntime: "Mon-Fri 25:00-08:00 UTC"},
+			want: want{state: stateInvalid, reasons: []string{ReasonInvalidSchedule}, note: `phalanks.io/downtime: element 1 "Mon-Fri 25:00-08:00 UTC": start "25:00": hour 25 is out of range 0-24`},
+		},
+		{
+			name: "a malformed namespace default names the namespace",
+			now:  night, replicas: 3, ns: map[string]string{AnnotationUptime: "Mon-Fri 08:00-18:00 Nowhere"},
+			want: want{state: stateInvalid, reasons: []string{ReasonInvalidSchedule}, note: "namespace team-a phalanks.io/uptime"},
+		},
+		{
+			name: "a malformed replica count is invalid",
+			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "-1"},
+			want: want{state: stateInvalid, reasons: []string{ReasonInvalidSchedule}, note: "downtime-replicas"},
+		},
+		{
+			name: "replica counts without a schedule are invalid, not silently the namespace's",
+			now:  night, replicas: 3, wl: map[string]string{AnnotationDowntimeReplicas: "1"}, ns: map[string]string{AnnotationUptime: work},
+			want: want{state: stateInvalid, reasons: []string{ReasonInvalidSchedule}, note: "neither"},
+		},
+		{
+			name: "a malformed saved count is invalid rather than guessed",
+			now:  day, replicas: 0, wl: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "three"},
+			want: want{state: stateInvalid, reasons: []string{ReasonInvalidSchedule}, note: "original-replicas"},
+		},
+		{
+			name: "with an autoscaler a non-zero downtime count lowers its minReplicas instead of the replicas",
+			now:  night, replicas: 4, wl: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"},
+			hpas: []hpaView{{name: "web", minReplicas: 3}},
+			want: want{state: stateDown, hpa: &hpaWrite{name: "web", minReplicas: 1, originalMin: ptr.To[int32](3), next: nextMorning},
+				reasons: []string{ReasonScaleDown}, note: "minReplicas of HorizontalPodAutoscaler web from 3 to 1", requeueAt: nextMorning},
+		},
+		{
+			name: "an autoscaler already allowing the downtime count is left alone",
+			now:  night, replicas: 4, wl: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "2"},
+			hpas: []hpaView{{name: "web", minReplicas: 1}},
+			want: want{state: stateDown, requeueAt: nextMorning},
+		},
+		{
+			name: "with an autoscaler a zero downtime count scales the workload to zero, which pauses the autoscaler",
+			now:  night, replicas: 4, wl: map[string]string{AnnotationUptime: work},
+			hpas: []hpaView{{name: "web", minReplicas: 3}},
+			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](4), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
+		},
+		{
+			name: "at the uptime a lowered autoscaler gets its minReplicas back",
+			now:  day, replicas: 1, wl: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"},
+			hpas: []hpaView{{name: "web", minReplicas: 1, annotations: map[string]string{AnnotationOriginalMinReplicas: "3"}}},
+			want: want{state: stateUp, hpa: &hpaWrite{name: "web", minReplicas: 3, next: evening}, reasons: []string{ReasonScaleUp}, requeueAt: evening},
+		},
+		{
+			name: "two autoscalers on one workload are reported, not guessed between",
+			now:  night, replicas: 4, wl: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"},
+			hpas: []hpaView{{name: "a", minReplicas: 3}, {name: "b", minReplicas: 3}},
+			want: want{state: stateInvalid, reasons: []string{ReasonAmbiguousAutoscaler}},
+		},
+		{
+			name: "the next transition skips a change of one schedule that the other masks",
+			now:  mustTime("2024-12-20T20:00:00Z"), replicas: 3,
+			wl: map[string]string{AnnotationUptime: work, AnnotationDowntime: "2024-12-23T00:00:00Z-2024-12-27T00:00:00Z"},
+			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: mustTime("2024-12-27T08:00:00Z")},
+				reasons: []string{ReasonScaleDown}, requeueAt: mustTime("2024-12-27T08:00:00Z")},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			created := c.created
+			if created.IsZero() {
+				created = longAgo
+			}
+			d := decide(inputs{
+				now: c.now,
+				workload: workloadView{kind: "Deployment", replicas: c.replicas, annotations: c.wl,
+					created: created, controller: c.controller},
+				namespace: "team-a", namespaceAnnotations: c.ns, hpas: c.hpas,
+				defaults: c.defaults, grace: 15 * time.Minute,
+			})
+			if d.state != c.want.state {
+				t.Errorf("state = %q, want %q", d.state, c.want.state)
+			}
+			if !sameWorkloadWrite(d.workload, c.want.write) {
+				t.Errorf("workload write = %+v, want %+v", fmtWrite(d.workload), fmtWrite(c.want.write))
+			}
+			if !sameHPAWrite(d.hpa, c.want.hpa) {
+				t.Errorf("autoscaler write = %+v, want %+v", d.hpa, c.want.hpa)
+			}
+			var reasons []string
+			for _, e := range d.events {
+				reasons = append(reasons, e.reason)
+			}
+			if strings.Join(reasons, ",") != strings.Join(c.want.reasons, ",") {
+				t.Errorf("event reasons = %v, want %v", reasons, c.want.reasons)
+			}
+			if c.want.note != "" && (len(d.events) == 0 || !strings.Contains(d.events[0].note, c.want.note)) {
+				t.Errorf("events %+v do not say %q", d.events, c.want.note)
+			}
+			if !d.requeueAt.Equal(c.want.requeueAt) {
+				t.Errorf("requeue at %s, want %s", d.requeueAt, c.want.requeueAt)
+			}
+		})
+	}
+}
+
+func sameWorkloadWrite(a, b *workloadWrite) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.replicas == b.replicas && ptr.Equal(a.original, b.original) && a.next.Equal(b.next)
+}
+
+func sameHPAWrite(a, b *hpaWrite) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.name == b.name && a.minReplicas == b.minReplicas && ptr.Equal(a.originalMin, b.originalMin) && a.next.Equal(b.next)
+}
+
+func fmtWrite(w *workloadWrite) any {
+	if w == nil {
+		return nil
+	}
+	return map[string]any{"replicas": w.replicas, "annotations": w.annotationsFor()}
+}
+
+func TestRequeueAfterNeverDropsARequeue(t *testing.T) {
+	now := mustTime("2024-06-05T20:00:00Z")
+	if got := requeueAfter(time.Time{}, now); got != 0 {
+		t.Errorf("no transition: requeue after %s, want none", got)
+	}
+	if got := requeueAfter(now.Add(-time.Second), now); got <= 0 {
+		t.Errorf("a transition just passed: requeue after %s, want a small positive delay", got)
+	}
+	if got := requeueAfter(now.Add(time.Hour), now); got != time.Hour {
+		t.Errorf("requeue after %s, want 1h", got)
+	}
+}
+
+func TestFlagDefaultsAreValidatedAtStart(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"an unknown zone", Options{TimeZone: "Mars/Olympus"}, "--scaling-time-zone"},
+		{"a misspelt week frame", Options{Weekdays: "Mon-Fry"}, "--scaling-weekdays"},
+	} {
+		if _, err := c.o.defaults(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one naming %s", c.name, err, c.want)
+		}
+	}
+	if d, err := (&Options{TimeZone: "Europe/Berlin", Weekdays: "Mon-Fri"}).defaults(); err != nil || d.TimeZone != "Europe/Berlin" {
+		t.Errorf("valid defaults: %+v, %v", d, err)
+	}
+}

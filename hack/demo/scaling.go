@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/phalanks/phalanks-operator/controllers/scaling"
+)
+
+// The scheduled-scaling sample's schedule is working hours; the demo cannot wait for
+// the evening, so it gives the sample a downtime window that opens shortly after the
+// sample is applied and closes shortly after that, and expects to see the Deployment
+// go down to zero and come back to its replicas.
+const (
+	demoDowntimeLead   = 30 * time.Second
+	demoDowntimeLength = 30 * time.Second
+)
+
+var deploymentKind = schema.GroupKind{Group: "apps", Kind: "Deployment"}
+
+func init() {
+	adapters[deploymentKind] = adaptScheduledSample
+	expectations[deploymentKind] = expectScheduledFlip
+}
+
+// scheduledSamples remembers, per sample, its window and whether it was seen down.
+var scheduledSamples = struct {
+	sync.Mutex
+	window   map[string][2]time.Time
+	seenDown map[string]bool
+}{window: map[string][2]time.Time{}, seenDown: map[string]bool{}}
+
+func scheduled(obj *unstructured.Unstructured) bool {
+	a := obj.GetAnnotations()
+	_, up := a[scaling.AnnotationUptime]
+	_, down := a[scaling.AnnotationDowntime]
+	return up || down
+}
+
+func adaptScheduledSample(_ context.Context, _ *env, obj *unstructured.Unstructured) error {
+	if !scheduled(obj) {
+		return nil
+	}
+	start := time.Now().Add(demoDowntimeLead).Truncate(time.Second)
+	end := start.Add(demoDowntimeLength)
+	a := obj.GetAnnotations()
+	delete(a, scaling.AnnotationUptime)
+	a[scaling.AnnotationDowntime] = start.UTC().Format(time.RFC3339) + "-" + end.UTC().Format(time.RFC3339)
+	obj.SetAnnotations(a)
+	scheduledSamples.Lock()
+	defer scheduledSamples.Unlock()
+	scheduledSamples.window[obj.GetName()] = [2]time.Time{start, end}
+	return nil
+}
+
+func expectScheduledFlip(_ context.Context, _ *env, obj *unstructured.Unstructured) (bool, string, error) {
+	if !scheduled(obj) {
+		return true, "exists", nil
+	}
+	replicas, _, err := unstructured.NestedInt64(obj.Object, "spec", "replicas")
+	if err != nil {
+		return false, "", err
+	}
+	saved := obj.GetAnnotations()[scaling.AnnotationOriginalReplicas]
+	scheduledSamples.Lock()
+	defer scheduledSamples.Unlock()
+	w := scheduledSamples.window[obj.GetName()]
+	clock := func(t time.Time) string { return t.Local().Format(time.TimeOnly) }
+	switch {
+	case replicas == 0 && saved != "":
+		scheduledSamples.seenDown[obj.GetName()] = true
+		return false, fmt.Sprintf("scaled down to 0, %s replicas saved; back up at %s", saved, clock(w[1])), nil
+	case scheduledSamples.seenDown[obj.GetName()] && saved == "":
+		return true, fmt.Sprintf("scaled down at %s and restored to %d replicas at %s", clock(w[0]), replicas, clock(w[1])), nil
+	default:
+		return false, fmt.Sprintf("%d replicas; downtime %s-%s", replicas, clock(w[0]), clock(w[1])), nil
+	}
+}

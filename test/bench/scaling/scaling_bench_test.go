@@ -1,0 +1,535 @@
+// Package scaling_test benchmarks scheduled scaling at a boundary: 1,000 annotated
+// Deployments, the manager binary running as a separate process with the RBAC the
+// markers generate, and a real kube-apiserver whose audit log counts the writes.
+//
+//	make bench BENCH=ScheduledScaling
+package scaling_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/phalanks/phalanks-operator/controllers/scaling"
+	"github.com/phalanks/phalanks-operator/test/harness/certs"
+	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+	"github.com/phalanks/phalanks-operator/test/harness/process"
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
+)
+
+const (
+	workloads = 1000
+	// operatorUser is the identity of the manager process; the audit log records its writes.
+	operatorUser = "phalanks-bench-operator"
+	// downtimeLength is the time between the two boundaries.
+	downtimeLength = 40 * time.Second
+	// settle lets the event recorder finish posting the boundary's events before the
+	// quiet stretch between boundaries is counted.
+	settle = 5 * time.Second
+	// targetScaleSeconds is the issue's target for boundary-to-all-scaled.
+	targetScaleSeconds = 5
+)
+
+// BenchmarkScheduledScaling runs the scenario once: all Deployments share a downtime
+// window [T1, T2) that opens after the manager has decided every one of them. It
+// reports the time from each boundary until every Deployment has been scaled, the
+// operator's writes between boundaries, and its CPU and memory. No peer runs in the
+// same harness: GoKubeDownscaler and kube-green are refused by the module proxy and
+// kube-downscaler is Python, so the numbers stand against the issue's targets.
+func BenchmarkScheduledScaling(b *testing.B) {
+	lead := 20 * time.Second
+	if v := os.Getenv("SCALING_BENCH_LEAD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("SCALING_BENCH_LEAD: %v", err)
+		}
+		lead = d
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := b.TempDir()
+	auditLog := filepath.Join(dir, "audit.log")
+
+	env := startAPIServer(b, dir, auditLog)
+	s := env.Scheme
+	root, err := tools.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	grantOperatorRole(ctx, b, env, root)
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		b.Fatal(err)
+	}
+	t1 := time.Now().Add(lead).Truncate(time.Second)
+	t2 := t1.Add(downtimeLength)
+	window := t1.UTC().Format(time.RFC3339) + "-" + t2.UTC().Format(time.RFC3339)
+	createStart := time.Now()
+	createDeployments(ctx, b, env.Client, ns.Name, window)
+	b.Logf("created %d Deployments in %s; downtime %s", workloads, time.Since(createStart).Round(time.Millisecond), window)
+
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: s})
+	if err != nil {
+		b.Fatal(err)
+	}
+	obs := observe(ctx, b, wc, ns.Name)
+
+	mgr, metricsURL := startManager(b, env, root, dir)
+	defer func() { _ = mgr.Stop(20 * time.Second) }()
+	ready := waitDecided(ctx, b, mgr, metricsURL, t1)
+	b.Logf("manager decided every Deployment %s before the boundary", t1.Sub(ready).Round(time.Millisecond))
+
+	cpuAtT1 := sleepUntilThenCPU(b, mgr, t1)
+	downAt := obs.waitAll(b, 0, t1.Add(2*time.Minute))
+	cpuAtDown := cpuSeconds(b, mgr)
+	cpuQuietStart := sleepUntilThenCPU(b, mgr, downAt.Add(settle))
+	cpuAtT2 := sleepUntilThenCPU(b, mgr, t2)
+	upAt := obs.waitAll(b, 1, t2.Add(2*time.Minute))
+	cpuAtUp := cpuSeconds(b, mgr)
+	rss, peak := memory(b, mgr)
+	// The audit log is written asynchronously; give it the rest of the scale-up.
+	time.Sleep(settle)
+
+	writes := countWrites(b, auditLog)
+	before := writes.in(ready, t1, "")
+	between := writes.in(downAt.Add(settle), t2, "")
+	down := writes.in(t1, downAt.Add(settle), "deployments")
+	up := writes.in(t2, upAt.Add(settle), "deployments")
+	downLat, upLat := obs.latencies(t1, t2)
+
+	scaleDown := downAt.Sub(t1).Seconds()
+	scaleUp := upAt.Sub(t2).Seconds()
+	b.ReportMetric(scaleDown, "scale-down-s")
+	b.ReportMetric(scaleUp, "scale-up-s")
+	b.ReportMetric(scaleDown/targetScaleSeconds, "scale-down/target")
+	b.ReportMetric(scaleUp/targetScaleSeconds, "scale-up/target")
+	b.ReportMetric(percentile(downLat, 50), "down-p50-s")
+	b.ReportMetric(percentile(downLat, 99), "down-p99-s")
+	b.ReportMetric(float64(before+between), "writes-between-boundaries")
+	b.ReportMetric(float64(down), "deployment-writes-at-down")
+	b.ReportMetric(float64(up), "deployment-writes-at-up")
+	b.ReportMetric(cpuAtDown-cpuAtT1, "cpu-s-scale-down")
+	b.ReportMetric(cpuAtUp-cpuAtT2, "cpu-s-scale-up")
+	b.ReportMetric(cpuAtT2-cpuQuietStart, "cpu-s-between")
+	b.ReportMetric(float64(rss)/1024, "rss-MiB")
+	b.ReportMetric(float64(peak)/1024, "peak-rss-MiB")
+	b.Logf("writes by the operator: %d before T1, %d between boundaries, %d Deployment writes at T1, %d at T2; all: %v",
+		before, between, down, up, writes.summary())
+	b.Logf("up-latency p50 %.2fs p99 %.2fs; API server median time per Deployment apply %s, per event %s",
+		percentile(upLat, 50), percentile(upLat, 99), writes.latency("deployments"), writes.latency("events"))
+	if before+between > 0 {
+		b.Errorf("the operator wrote %d times between boundaries, want 0", before+between)
+	}
+}
+
+// startAPIServer starts kube-apiserver and etcd with an audit log of the operator's writes.
+func startAPIServer(b *testing.B, dir, auditLog string) *envtest.Env {
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	err := os.WriteFile(policy, []byte(`apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  users: ["`+operatorUser+`"]
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+`), 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	env, err := envtest.Start(envtest.Options{Scheme: s, APIServerArgs: map[string][]string{
+		"audit-policy-file":        {policy},
+		"audit-log-path":           {auditLog},
+		"audit-log-mode":           {"batch"},
+		"audit-log-batch-max-wait": {"1s"},
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = env.Stop() })
+	return env
+}
+
+// grantOperatorRole binds the ClusterRole generated from the RBAC markers to the
+// operator's user, so the run also proves those permissions suffice.
+func grantOperatorRole(ctx context.Context, b *testing.B, env *envtest.Env, root string) {
+	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(data, role); err != nil {
+		b.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: operatorUser}},
+	}
+	for _, o := range []client.Object{role, binding} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func createDeployments(ctx context.Context, b *testing.B, c client.Client, ns, window string) {
+	names := make(chan int)
+	errs := make(chan error, workloads)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range names {
+				name := fmt.Sprintf("web-%04d", i)
+				d := &appsv1.Deployment{
+					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{scaling.AnnotationDowntime: window}},
+					Spec: appsv1.DeploymentSpec{
+						Replicas: ptr.To[int32](1),
+						Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+						Template: corev1.PodTemplateSpec{
+							ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+							Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+						},
+					},
+				}
+				if err := c.Create(ctx, d); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range workloads {
+		names <- i
+	}
+	close(names)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// startManager runs bin/manager as the operator's user, with no grace period (the
+// Deployments are minutes old at the boundary) and plain-HTTP metrics on loopback.
+func startManager(b *testing.B, env *envtest.Env, root, dir string) (*process.Process, string) {
+	kubeconfig, err := env.KubeconfigUser(operatorUser)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kubeconfigPath := filepath.Join(dir, "operator.kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	ca, err := certs.NewCA("bench-webhook-ca")
+	if err != nil {
+		b.Fatal(err)
+	}
+	pair, err := ca.Issue(certs.LeafOptions{CommonName: "webhook", Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	certDir := filepath.Join(dir, "certs")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	if err := pair.Write(certDir, "tls.crt", "tls.key"); err != nil {
+		b.Fatal(err)
+	}
+	ports := make([]int, 3)
+	for i := range ports {
+		if ports[i], err = process.FreePort(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p := &process.Process{
+		Name: "manager",
+		Path: filepath.Join(root, "bin", "manager"),
+		Args: []string{
+			"--kubeconfig", kubeconfigPath,
+			"--metrics-bind-address", process.HostPort(ports[0]), "--metrics-secure=false",
+			"--health-probe-bind-address", process.HostPort(ports[1]),
+			"--webhook-port", strconv.Itoa(ports[2]), "--webhook-cert-dir", certDir,
+			"--scaling-grace-period=0s",
+		},
+		LogPath: filepath.Join(dir, "manager.log"),
+	}
+	if _, err := os.Stat(p.Path); err != nil {
+		b.Fatal("bin/manager is missing: run `make bench` (it builds the manager first)")
+	}
+	if err := p.Start(); err != nil {
+		b.Fatal(err)
+	}
+	return p, "http://" + process.HostPort(ports[0]) + "/metrics"
+}
+
+// waitDecided waits until the manager reports every Deployment up, which it does only
+// after deciding each of them.
+func waitDecided(ctx context.Context, b *testing.B, p *process.Process, url string, t1 time.Time) time.Time {
+	want := fmt.Sprintf(`phalanks_scaling_workloads{kind="Deployment",state="up"} %d`, workloads)
+	err := process.WaitFor(p, time.Until(t1.Add(-5*time.Second)), func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(body), want) {
+			return errors.New("not every Deployment decided yet")
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatalf("%v (raise SCALING_BENCH_LEAD if the machine is slow); manager log %s", err, p.LogPath)
+	}
+	return time.Now()
+}
+
+// observer watches the Deployments and records when each reached a replica count.
+type observer struct {
+	mu   sync.Mutex
+	seen map[int32]map[string]time.Time
+	cond *sync.Cond
+}
+
+func observe(ctx context.Context, b *testing.B, wc client.WithWatch, ns string) *observer {
+	o := &observer{seen: map[int32]map[string]time.Time{0: {}, 1: {}}}
+	o.cond = sync.NewCond(&o.mu)
+	list := &appsv1.DeploymentList{}
+	if err := wc.List(ctx, list, client.InNamespace(ns)); err != nil {
+		b.Fatal(err)
+	}
+	rv := list.ResourceVersion
+	go func() {
+		for ctx.Err() == nil {
+			w, err := wc.Watch(ctx, &appsv1.DeploymentList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				d, ok := ev.Object.(*appsv1.Deployment)
+				if !ok || ev.Type == watch.Deleted {
+					continue
+				}
+				rv = d.ResourceVersion
+				o.record(d.Name, ptr.Deref(d.Spec.Replicas, 1))
+			}
+		}
+	}()
+	return o
+}
+
+func (o *observer) record(name string, replicas int32) {
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	m, ok := o.seen[replicas]
+	if !ok {
+		return
+	}
+	if replicas == 1 && o.seen[0][name].IsZero() {
+		return // the initial count, before any scale-down
+	}
+	if _, done := m[name]; !done {
+		m[name] = now
+		o.cond.Broadcast()
+	}
+}
+
+// waitAll waits until every Deployment was seen at replicas and returns when the last was.
+func (o *observer) waitAll(b *testing.B, replicas int32, deadline time.Time) time.Time {
+	timer := time.AfterFunc(time.Until(deadline), func() { o.cond.Broadcast() })
+	defer timer.Stop()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.seen[replicas]) < workloads {
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d Deployments reached %d replicas by %s", len(o.seen[replicas]), workloads, replicas, deadline)
+		}
+		o.cond.Wait()
+	}
+	var last time.Time
+	for _, t := range o.seen[replicas] {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
+func (o *observer) latencies(t1, t2 time.Time) (down, up []float64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, t := range o.seen[0] {
+		down = append(down, t.Sub(t1).Seconds())
+	}
+	for _, t := range o.seen[1] {
+		up = append(up, t.Sub(t2).Seconds())
+	}
+	return down, up
+}
+
+func percentile(xs []float64, p int) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// cpuSeconds reads the process's user and system CPU time from /proc.
+func cpuSeconds(b *testing.B, p *process.Process) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name, which is in parentheses and may contain spaces.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return (utime + stime) / ticksPerSecond
+}
+
+func sleepUntilThenCPU(b *testing.B, p *process.Process, t time.Time) float64 {
+	time.Sleep(time.Until(t))
+	return cpuSeconds(b, p)
+}
+
+// memory returns the resident set size and its peak, in KiB.
+func memory(b *testing.B, p *process.Process) (rss, peak int64) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.PID()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(fields[1], 10, 64)
+		switch fields[0] {
+		case "VmRSS:":
+			rss = v
+		case "VmHWM:":
+			peak = v
+		}
+	}
+	return rss, peak
+}
+
+// write is one mutating request of the operator, from the audit log.
+type write struct {
+	at       time.Time
+	took     time.Duration
+	verb     string
+	resource string
+}
+
+type writes []write
+
+func countWrites(b *testing.B, path string) writes {
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	var out writes
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var e struct {
+			Verb  string `json:"verb"`
+			Stage string `json:"stage"`
+			User  struct {
+				Username string `json:"username"`
+			} `json:"user"`
+			ObjectRef struct {
+				Resource string `json:"resource"`
+			} `json:"objectRef"`
+			RequestReceived time.Time `json:"requestReceivedTimestamp"`
+			Completed       time.Time `json:"stageTimestamp"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			b.Fatal(err)
+		}
+		if e.User.Username == operatorUser && e.Stage == "ResponseComplete" {
+			out = append(out, write{at: e.RequestReceived, took: e.Completed.Sub(e.RequestReceived), verb: e.Verb, resource: e.ObjectRef.Resource})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// in counts writes received in [from, to), of one resource or of all if empty.
+func (ws writes) in(from, to time.Time, resource string) int {
+	n := 0
+	for _, w := range ws {
+		if !w.at.Before(from) && w.at.Before(to) && (resource == "" || w.resource == resource) {
+			n++
+		}
+	}
+	return n
+}
+
+// latency returns the median time the API server took for writes of a resource.
+func (ws writes) latency(resource string) time.Duration {
+	var ds []time.Duration
+	for _, w := range ws {
+		if w.resource == resource {
+			ds = append(ds, w.took)
+		}
+	}
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+func (ws writes) summary() map[string]int {
+	m := map[string]int{}
+	for _, w := range ws {
+		m[w.verb+" "+w.resource]++
+	}
+	return m
+}
