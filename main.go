@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -98,6 +99,8 @@ func parseFlags(args []string) (config, error) {
 func newScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	// The storage migration reads and patches the StorageBucket CRD.
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
 	utilruntime.Must(phalanksv1alpha1.AddToScheme(s))
 	utilruntime.Must(phalanksv1beta1.AddToScheme(s))
 	return s

@@ -22,8 +22,22 @@ declare -A packages=(
 	[minio]="github.com/minio/minio"
 	[gen]="sigs.k8s.io/controller-tools/cmd/controller-gen sigs.k8s.io/kustomize/kustomize/v5=kustomize"
 	[lint]="github.com/golangci/golangci-lint/v2/cmd/golangci-lint"
+	[olm]="github.com/operator-framework/operator-lifecycle-manager/cmd/olm github.com/operator-framework/operator-lifecycle-manager/cmd/catalog github.com/operator-framework/operator-lifecycle-manager/cmd/package-server"
+	[opm]="github.com/operator-framework/operator-registry/cmd/opm"
 )
+# Built by default (make tools); the OLM sets only when named (make tools-olm).
 order=(gen lint kube kwok minio)
+optional=(olm opm)
+
+# Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
+# cgo; the openpgp tag keeps containers/image off the gpgme C library.
+declare -A tags=(
+	[olm]="json1"
+	[opm]="json1,containers_image_openpgp"
+)
+declare -A cgo=(
+	[opm]=1
+)
 
 # Kubernetes binaries report the version stamped into them; unstamped they claim v0.0.0,
 # which OLM and minKubeVersion checks reject.
@@ -52,6 +66,8 @@ key_for() {
 		cat "$tools/$set/go.mod" "$tools/$set/go.sum"
 		echo "${packages[$set]}"
 		ldflags_for "$set"
+		# Only sets with tags or cgo add a line, so the other sets keep their cache keys.
+		[[ -z ${tags[$set]:-}${cgo[$set]:-} ]] || echo "tags=${tags[$set]:-} cgo=${cgo[$set]:-0}"
 		go env GOVERSION GOOS GOARCH
 	} | sha256sum | cut -c1-16
 }
@@ -82,8 +98,8 @@ build_set() {
 		name=${pkg##*/}
 		[[ $spec == *=* ]] && name=${spec#*=}
 		echo "tools:   $name ($pkg)"
-		(cd "$tools/$set" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath \
-			-ldflags "$(ldflags_for "$set")" -o "$dir.tmp/$name" "$pkg")
+		(cd "$tools/$set" && CGO_ENABLED=${cgo[$set]:-0} GOFLAGS=-mod=readonly go build -trimpath \
+			-tags "${tags[$set]:-}" -ldflags "$(ldflags_for "$set")" -o "$dir.tmp/$name" "$pkg")
 	done
 	touch "$dir.tmp/.complete"
 	rm -rf "$dir"
@@ -93,17 +109,19 @@ build_set() {
 }
 
 if [[ ${1:-} == --list ]]; then
-	for set in "${order[@]}"; do echo "$set: ${packages[$set]}"; done
+	for set in "${order[@]}" "${optional[@]}"; do echo "$set: ${packages[$set]}"; done
 	exit 0
 fi
 
 sets=("$@")
 [[ ${#sets[@]} -gt 0 ]] || sets=("${order[@]}")
 mkdir -p "$cache"
-# One builder per machine at a time: two CI runs would otherwise build the same set twice.
-exec 9>"$cache/.lock"
-flock 9
 for set in "${sets[@]}"; do
-	[[ -n ${packages[$set]:-} ]] || { echo "tools: unknown set $set (known: ${order[*]})" >&2; exit 2; }
+	[[ -n ${packages[$set]:-} ]] || { echo "tools: unknown set $set (known: ${order[*]} ${optional[*]})" >&2; exit 2; }
+	# One builder per set and machine at a time: two CI runs would otherwise build the same
+	# set twice, and a long build of one set does not hold up the others.
+	exec 9>"$cache/.lock-$set"
+	flock 9
 	build_set "$set"
+	exec 9>&-
 done

@@ -1,0 +1,239 @@
+package catalog_test
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/blang/semver/v4"
+	apimanifests "github.com/operator-framework/api/pkg/manifests"
+	"github.com/operator-framework/operator-registry/alpha/declcfg"
+	"github.com/operator-framework/operator-registry/alpha/property"
+	"github.com/sirupsen/logrus"
+
+	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
+	"github.com/phalanks/phalanks-operator/hack/olm/catalog"
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
+)
+
+func init() { logrus.SetLevel(logrus.WarnLevel) }
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := tools.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// TestCatalogValidates runs what `opm validate catalog` runs on the committed catalog.
+func TestCatalogValidates(t *testing.T) {
+	if err := catalog.Validate(t.Context(), filepath.Join(repoRoot(t), catalog.Dir)); err != nil {
+		t.Fatalf("opm validate: %v", err)
+	}
+}
+
+// TestCatalogHeadIsTheCurrentBundle: the channel head is bundle/ exactly as rendered now
+// (make catalog after make bundle), every release is embedded object by object, and the
+// package defaults to the stable channel.
+func TestCatalogHeadIsTheCurrentBundle(t *testing.T) {
+	ctx := t.Context()
+	root := repoRoot(t)
+	cfg, err := catalog.Load(ctx, catalog.PackageDir(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Packages) != 1 || cfg.Packages[0].Name != bundle.PackageName || cfg.Packages[0].DefaultChannel != bundle.Channel {
+		t.Fatalf("packages %+v, want %s with default channel %s", cfg.Packages, bundle.PackageName, bundle.Channel)
+	}
+	fresh, err := catalog.RenderBundle(ctx, filepath.Join(root, bundle.Dir), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := catalog.Head(cfg)
+	if head != fresh.Name {
+		t.Fatalf("channel head %s, bundle/ is %s: run `make catalog`", head, fresh.Name)
+	}
+	for _, b := range cfg.Bundles {
+		if b.Image == "" {
+			t.Errorf("%s has no bundle image reference", b.Name)
+		}
+		if len(b.Objects) == 0 {
+			t.Errorf("%s embeds no olm.bundle.object", b.Name)
+		}
+		if b.Name != head {
+			continue
+		}
+		if !sameJSON(t, b.Objects, fresh.Objects) {
+			t.Errorf("the catalog's %s embeds other manifests than bundle/: run `make catalog`", head)
+		}
+	}
+}
+
+// TestTwoReleaseCatalogUpgradeEdge renders the current tree at two versions into a new
+// catalog and checks the upgrade edge OLM follows: the newer release replaces the older,
+// skips everything below it, and is the channel head; the result validates like the
+// committed catalog.
+func TestTwoReleaseCatalogUpgradeEdge(t *testing.T) {
+	ctx := t.Context()
+	root := repoRoot(t)
+	kustomize, err := tools.Path("kustomize")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := bundle.ReadInputs(ctx, root, kustomize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &declcfg.DeclarativeConfig{}
+	for _, version := range []string{"1.4.0", "1.5.0"} {
+		dir := writeBundle(t, in, version)
+		b, err := catalog.RenderBundle(ctx, dir, "registry.example.com/phalanks-operator-bundle:v"+version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := catalog.AddHead(cfg, b, nil, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	catalogRoot := t.TempDir()
+	if err := catalog.Write(filepath.Join(catalogRoot, bundle.PackageName), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := catalog.Validate(ctx, catalogRoot); err != nil {
+		t.Fatalf("opm validate: %v", err)
+	}
+	loaded, err := catalog.Load(ctx, filepath.Join(catalogRoot, bundle.PackageName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := declcfg.ConvertToModel(*loaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := model[bundle.PackageName].Channels[bundle.Channel]
+	head, err := ch.Head()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head.Name != "phalanks-operator.v1.5.0" || head.Replaces != "phalanks-operator.v1.4.0" {
+		t.Fatalf("head %s replaces %q, want v1.5.0 replacing v1.4.0", head.Name, head.Replaces)
+	}
+	var skipRange string
+	for _, e := range loaded.Channels[0].Entries {
+		if e.Name == head.Name {
+			skipRange = e.SkipRange
+		}
+	}
+	r, err := semver.ParseRange(skipRange)
+	if err != nil {
+		t.Fatalf("skipRange %q: %v", skipRange, err)
+	}
+	if !r(semver.MustParse("1.4.0")) || r(semver.MustParse("1.5.0")) {
+		t.Errorf("skipRange %q must cover 1.4.0 and not 1.5.0", skipRange)
+	}
+	if bundleVersion(t, head.Name, loaded) != "1.5.0" {
+		t.Errorf("head's olm.package version is not 1.5.0")
+	}
+}
+
+// TestAddHeadKeepsHistory: regenerating the head replaces it in place, while an older or
+// already superseded version is refused.
+func TestAddHeadKeepsHistory(t *testing.T) {
+	ctx := t.Context()
+	root := repoRoot(t)
+	kustomize, err := tools.Path("kustomize")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := bundle.ReadInputs(ctx, root, kustomize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	render := func(version string) *declcfg.Bundle {
+		b, err := catalog.RenderBundle(ctx, writeBundle(t, in, version), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	cfg := &declcfg.DeclarativeConfig{}
+	for _, v := range []string{"2.0.0", "2.1.0", "2.1.0"} {
+		if err := catalog.AddHead(cfg, render(v), nil, ""); err != nil {
+			t.Fatalf("add %s: %v", v, err)
+		}
+	}
+	if len(cfg.Bundles) != 2 || len(cfg.Channels[0].Entries) != 2 || catalog.Head(cfg) != "phalanks-operator.v2.1.0" {
+		t.Fatalf("after re-adding the head: bundles %d, entries %+v", len(cfg.Bundles), cfg.Channels[0].Entries)
+	}
+	if err := catalog.AddHead(cfg, render("2.0.0"), nil, ""); err == nil {
+		t.Error("re-adding a superseded release succeeded")
+	}
+	if err := catalog.AddHead(cfg, render("1.9.0"), nil, ""); err == nil {
+		t.Error("adding a version older than the head succeeded")
+	}
+}
+
+// sameJSON compares two sets of JSON documents by content, in any order.
+func sameJSON(t *testing.T, a, b []string) bool {
+	t.Helper()
+	normalize := func(docs []string) []string {
+		out := make([]string, 0, len(docs))
+		for _, d := range docs {
+			var v any
+			if err := json.Unmarshal([]byte(d), &v); err != nil {
+				t.Fatal(err)
+			}
+			n, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, string(n))
+		}
+		slices.Sort(out)
+		return out
+	}
+	return slices.Equal(normalize(a), normalize(b))
+}
+
+func writeBundle(t *testing.T, in *bundle.Inputs, version string) string {
+	t.Helper()
+	b, err := bundle.Assemble(in, bundle.Params{Version: version, ScorecardImage: "registry.example.com/scorecard-tests:v" + version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := b.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := bundle.Write(root, files); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, bundle.Dir)
+	if _, err := apimanifests.GetBundleFromDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func bundleVersion(t *testing.T, name string, cfg *declcfg.DeclarativeConfig) string {
+	t.Helper()
+	for _, b := range cfg.Bundles {
+		if b.Name != name {
+			continue
+		}
+		for _, p := range b.Properties {
+			if p.Type == property.TypePackage {
+				var pkg property.Package
+				if err := json.Unmarshal(p.Value, &pkg); err != nil {
+					t.Fatal(err)
+				}
+				return pkg.Version
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,172 @@
+// Command olm builds and checks this project's OLM packaging: the bundle (bundle/ and
+// bundle.Dockerfile), the file-based catalog (catalog/) and the offline scorecard checks.
+//
+//	olm bundle --version 0.2.0 --image IMG --scorecard-image IMG
+//	olm catalog --bundle-image IMG
+//	olm scorecard
+//
+// Paths are relative to the repository root, found from the working directory.
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	scapiv1alpha3 "github.com/operator-framework/api/pkg/apis/scorecard/v1alpha3"
+	apimanifests "github.com/operator-framework/api/pkg/manifests"
+	"github.com/operator-framework/operator-registry/alpha/declcfg"
+	"github.com/sirupsen/logrus"
+
+	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
+	"github.com/phalanks/phalanks-operator/hack/olm/catalog"
+	"github.com/phalanks/phalanks-operator/hack/olm/scorecard"
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
+)
+
+func main() {
+	// operator-registry reports optional files it did not find at info level.
+	logrus.SetLevel(logrus.WarnLevel)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "olm:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: olm bundle|catalog|scorecard [flags]")
+	}
+	root, err := tools.RepoRoot()
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "bundle":
+		return runBundle(ctx, root, args[1:])
+	case "catalog":
+		return runCatalog(ctx, root, args[1:])
+	case "scorecard":
+		return runScorecard(root, args[1:])
+	default:
+		return fmt.Errorf("unknown command %q (want bundle, catalog or scorecard)", args[0])
+	}
+}
+
+func runBundle(ctx context.Context, root string, args []string) error {
+	fs := flag.NewFlagSet("bundle", flag.ContinueOnError)
+	var p bundle.Params
+	fs.StringVar(&p.Version, "version", "", "Operator version (semver, no leading v).")
+	fs.StringVar(&p.Image, "image", "", "Manager image; empty keeps config/manager's.")
+	fs.StringVar(&p.ScorecardImage, "scorecard-image", "", "Image of the custom scorecard tests.")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	kustomize, err := tools.Path("kustomize")
+	if err != nil {
+		return err
+	}
+	in, err := bundle.ReadInputs(ctx, root, kustomize)
+	if err != nil {
+		return err
+	}
+	b, err := bundle.Assemble(in, p)
+	if err != nil {
+		return err
+	}
+	for _, l := range b.LeftOut {
+		fmt.Printf("olm: left to OLM: %s\n", l)
+	}
+	files, err := b.Files()
+	if err != nil {
+		return err
+	}
+	if err := bundle.Write(root, files); err != nil {
+		return err
+	}
+	fmt.Printf("olm: wrote %s/ and %s (%s)\n", bundle.Dir, bundle.Dockerfile, filepath.Join(root, bundle.Dir))
+	return nil
+}
+
+func runCatalog(ctx context.Context, root string, args []string) error {
+	fs := flag.NewFlagSet("catalog", flag.ContinueOnError)
+	image := fs.String("bundle-image", "", "Image reference of the bundle image built from the bundle directory.")
+	dir := fs.String("bundle", filepath.Join(root, bundle.Dir), "Bundle directory to add.")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *image == "" {
+		return errors.New("catalog: --bundle-image is required")
+	}
+	bundleDir := *dir
+	b, err := catalog.RenderBundle(ctx, bundleDir, *image)
+	if err != nil {
+		return err
+	}
+	csv, err := apimanifests.GetBundleFromDir(bundleDir)
+	if err != nil {
+		return fmt.Errorf("load %s: %w", bundleDir, err)
+	}
+	var icon *declcfg.Icon
+	if len(csv.CSV.Spec.Icon) > 0 {
+		data, err := base64.StdEncoding.DecodeString(csv.CSV.Spec.Icon[0].Data)
+		if err != nil {
+			return fmt.Errorf("CSV icon: %w", err)
+		}
+		icon = &declcfg.Icon{Data: data, MediaType: csv.CSV.Spec.Icon[0].MediaType}
+	}
+	pkgDir := catalog.PackageDir(root)
+	cfg, err := catalog.Load(ctx, pkgDir)
+	if err != nil {
+		return err
+	}
+	if err := catalog.AddHead(cfg, b, icon, csv.CSV.GetAnnotations()["description"]); err != nil {
+		return err
+	}
+	if err := catalog.Write(pkgDir, cfg); err != nil {
+		return err
+	}
+	if err := catalog.Validate(ctx, filepath.Join(root, catalog.Dir)); err != nil {
+		return fmt.Errorf("the updated catalog does not validate: %w", err)
+	}
+	fmt.Printf("olm: %s is the head of channel %s in %s\n", b.Name, bundle.Channel, pkgDir)
+	return nil
+}
+
+// runScorecard runs the built-in scorecard tests on bundle/ and prints their results in
+// the shape of the scorecard's text output; it fails when a test does not pass.
+func runScorecard(root string, args []string) error {
+	fs := flag.NewFlagSet("scorecard", flag.ContinueOnError)
+	dir := fs.String("bundle", filepath.Join(root, bundle.Dir), "Bundle directory.")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var failed []string
+	for _, name := range scorecard.Builtin {
+		r := scorecard.Run(name, *dir)
+		fmt.Printf("%-26s %s\n", r.Name, r.State)
+		for _, e := range r.Errors {
+			fmt.Printf("    error: %s\n", e)
+		}
+		for _, s := range r.Suggestions {
+			fmt.Printf("    suggestion: %s\n", s)
+		}
+		if r.State != scapiv1alpha3.PassState {
+			failed = append(failed, name)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("scorecard tests did not pass: %v", failed)
+	}
+	return nil
+}
