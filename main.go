@@ -23,6 +23,7 @@ import (
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/controllers/foo"
 )
 
 // leaderElectionID names the Lease that elects the one replica running leader-only work.
@@ -46,7 +47,12 @@ type config struct {
 	retryPeriod          time.Duration
 	shutdownTimeout      time.Duration
 
+	kubeAPIQPS   float64
+	kubeAPIBurst int
+
 	zap zap.Options
+
+	foo foo.Options
 }
 
 func parseFlags(args []string) (config, error) {
@@ -77,6 +83,11 @@ func parseFlags(args []string) (config, error) {
 		"How often candidates try to acquire or renew the lease.")
 	fs.DurationVar(&c.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second,
 		"How long to wait for running reconciles and probes on SIGTERM.")
+	fs.Float64Var(&c.kubeAPIQPS, "kube-api-qps", 0,
+		"Client-side limit of requests per second to the API server; 0 leaves it off and relies on API Priority and Fairness.")
+	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 0,
+		"Burst above --kube-api-qps; 0 means client-go's default (10).")
+	c.foo.BindFlags(fs)
 	ctrlconfig.RegisterFlags(fs)
 	c.zap = zap.Options{}
 	c.zap.BindFlags(fs)
@@ -117,6 +128,9 @@ func run(args []string) error {
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	if cfg.kubeAPIQPS > 0 {
+		restCfg.QPS, restCfg.Burst = float32(cfg.kubeAPIQPS), cfg.kubeAPIBurst
 	}
 	mgr, err := ctrl.NewManager(restCfg, managerOptions(cfg))
 	if err != nil {
@@ -175,7 +189,10 @@ func managerOptions(cfg config) manager.Options {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // setupReconcilers registers each controller through its own setup function.
-func setupReconcilers(_ manager.Manager, _ config) error {
+func setupReconcilers(mgr manager.Manager, cfg config) error {
+	if err := foo.SetupWithManager(mgr, cfg.foo); err != nil {
+		return fmt.Errorf("set up foo controller: %w", err)
+	}
 	return nil
 }
 

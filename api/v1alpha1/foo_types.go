@@ -42,7 +42,10 @@ type FooStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Ready is True when the Deployment is synced and Available.
+	// conditions are DeploymentSynced (the Deployment exists, is controlled by this Foo
+	// and has its replicas and image), DeploymentAvailable (the Deployment reports
+	// Available) and Ready, which is True when both are and otherwise repeats the first
+	// that is not.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -58,6 +61,7 @@ type FooStatus struct {
 // +kubebuilder:printcolumn:name="Deployment",type=string,JSONPath=`.spec.deploymentName`
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +operator-sdk:csv:customresourcedefinitions:displayName="Foo",resources={{Deployment,v1,""}}
 type Foo struct {
