@@ -42,10 +42,9 @@ type FooStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions are DeploymentSynced (the Deployment exists, is controlled by this Foo
-	// and has its replicas and image), DeploymentAvailable (the Deployment reports
-	// Available) and Ready, which is True when both are and otherwise repeats the first
-	// that is not.
+	// conditions holds Ready: True when the Deployment exists, is controlled by this Foo,
+	// has its replicas and image and reports Available; otherwise False with the reason
+	// of the first of those that fails (ErrResourceExists, InvalidSpec, Unavailable).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -127,8 +127,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *reconciler) reconcileFoo(ctx context.Context, foo *phalanksv1alpha1.Foo) (ctrl.Result, error) {
 	if err := validateSpec(&foo.Spec); err != nil {
 		r.recorder.Eventf(foo, nil, corev1.EventTypeWarning, ReasonInvalidSpec, actionSync, "%s", err.Error())
-		status := computeStatus(foo, observation{invalidSpec: err}, r.now())
-		if werr := r.writeStatus(ctx, foo, status); werr != nil {
+		if werr := r.writeStatus(ctx, foo, observation{invalidSpec: err}); werr != nil {
 			return ctrl.Result{}, werr
 		}
 		// Retrying cannot help; the next edit of the Foo queues it again.
@@ -140,8 +139,7 @@ func (r *reconciler) reconcileFoo(ctx context.Context, foo *phalanksv1alpha1.Foo
 	switch {
 	case errors.As(err, &notOwned):
 		r.recorder.Eventf(foo, nil, corev1.EventTypeWarning, ReasonResourceExists, actionSync, MessageResourceExists, notOwned.name)
-		status := computeStatus(foo, observation{notControlled: notOwned}, r.now())
-		if werr := r.writeStatus(ctx, foo, status); werr != nil {
+		if werr := r.writeStatus(ctx, foo, observation{notControlled: notOwned}); werr != nil {
 			return ctrl.Result{}, werr
 		}
 		// An error, not a terminal one: sample-controller retries with backoff until
@@ -151,20 +149,19 @@ func (r *reconciler) reconcileFoo(ctx context.Context, foo *phalanksv1alpha1.Foo
 		return ctrl.Result{}, err
 	}
 
-	status := computeStatus(foo, observation{deployment: dep}, r.now())
-	if err := r.writeStatus(ctx, foo, status); err != nil {
+	if err := r.writeStatus(ctx, foo, observation{deployment: dep}); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.recorder.Eventf(foo, nil, corev1.EventTypeNormal, ReasonSynced, actionSync, MessageResourceSynced)
 	return ctrl.Result{}, nil
 }
 
-func (r *reconciler) now() time.Time { return r.clock.Now() }
-
-// writeStatus writes the status when it differs from the Foo's, as one merge patch of
-// the whole status block (so zero values such as availableReplicas: 0 are stored too).
-func (r *reconciler) writeStatus(ctx context.Context, foo *phalanksv1alpha1.Foo, status phalanksv1alpha1.FooStatus) error {
-	if statusEqual(foo.Status, status) {
+// writeStatus computes the status for what the pass observed and writes it when it
+// differs from the Foo's, as one merge patch of the whole status block (so zero values
+// such as availableReplicas: 0 are stored too).
+func (r *reconciler) writeStatus(ctx context.Context, foo *phalanksv1alpha1.Foo, obs observation) error {
+	status, changed := computeStatus(foo, obs, r.clock.Now())
+	if !changed {
 		return nil
 	}
 	patch, err := statusPatch(status)

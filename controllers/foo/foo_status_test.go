@@ -41,7 +41,7 @@ func TestComputeStatus(t *testing.T) {
 	type want struct {
 		available          int32
 		observedGeneration int64
-		synced, avail      metav1.ConditionStatus
+		ready              metav1.ConditionStatus
 		readyReason        string
 	}
 	for name, tc := range map[string]struct {
@@ -51,41 +51,40 @@ func TestComputeStatus(t *testing.T) {
 	}{
 		"a synced, available Deployment makes the Foo Ready": {
 			foo, observation{deployment: deploymentWith(foo, 2, ptr.To(corev1.ConditionTrue))},
-			want{2, 3, metav1.ConditionTrue, metav1.ConditionTrue, ReasonAvailable},
+			want{2, 3, metav1.ConditionTrue, ReasonAvailable},
 		},
 		"a synced Deployment short of replicas reports Unavailable": {
 			foo, observation{deployment: deploymentWith(foo, 1, ptr.To(corev1.ConditionFalse))},
-			want{1, 3, metav1.ConditionTrue, metav1.ConditionFalse, ReasonUnavailable},
+			want{1, 3, metav1.ConditionFalse, ReasonUnavailable},
 		},
 		"a new Deployment without conditions reports Unavailable with 0 replicas": {
 			foo, observation{deployment: deploymentWith(foo, 0, nil)},
-			want{0, 3, metav1.ConditionTrue, metav1.ConditionFalse, ReasonUnavailable},
+			want{0, 3, metav1.ConditionFalse, ReasonUnavailable},
 		},
 		"a Deployment the Foo does not control keeps the last availableReplicas and observedGeneration": {
 			previous, observation{notControlled: &notControlledError{name: "test-deployment"}},
-			want{1, 2, metav1.ConditionFalse, metav1.ConditionUnknown, ReasonResourceExists},
+			want{1, 2, metav1.ConditionFalse, ReasonResourceExists},
 		},
 		"an invalid spec is reported and keeps the last availableReplicas and observedGeneration": {
 			previous, observation{invalidSpec: errors.New("spec.deploymentName is empty")},
-			want{1, 2, metav1.ConditionFalse, metav1.ConditionUnknown, ReasonInvalidSpec},
+			want{1, 2, metav1.ConditionFalse, ReasonInvalidSpec},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := computeStatus(tc.foo, tc.obs, t0)
+			got, changed := computeStatus(tc.foo, tc.obs, t0)
+			if !changed {
+				t.Error("a first pass reported no change")
+			}
 			if got.AvailableReplicas != tc.want.available || got.ObservedGeneration != tc.want.observedGeneration {
 				t.Errorf("availableReplicas %d observedGeneration %d, want %d and %d",
 					got.AvailableReplicas, got.ObservedGeneration, tc.want.available, tc.want.observedGeneration)
 			}
-			for condType, status := range map[string]metav1.ConditionStatus{
-				TypeDeploymentSynced: tc.want.synced, TypeDeploymentAvailable: tc.want.avail,
-			} {
-				if c := meta.FindStatusCondition(got.Conditions, condType); c == nil || c.Status != status {
-					t.Errorf("%s = %+v, want status %s", condType, c, status)
-				}
+			if len(got.Conditions) != 1 {
+				t.Errorf("conditions %+v, want only Ready", got.Conditions)
 			}
 			ready := meta.FindStatusCondition(got.Conditions, conditions.TypeReady)
-			if ready == nil || ready.Reason != tc.want.readyReason || ready.ObservedGeneration != tc.foo.Generation {
-				t.Errorf("Ready = %+v, want reason %s at generation %d", ready, tc.want.readyReason, tc.foo.Generation)
+			if ready == nil || ready.Status != tc.want.ready || ready.Reason != tc.want.readyReason || ready.ObservedGeneration != tc.foo.Generation {
+				t.Errorf("Ready = %+v, want %s, reason %s at generation %d", ready, tc.want.ready, tc.want.readyReason, tc.foo.Generation)
 			}
 			if tc.foo.Status.Conditions != nil {
 				t.Error("computeStatus modified the Foo's status")
@@ -95,35 +94,47 @@ func TestComputeStatus(t *testing.T) {
 }
 
 func TestComputeStatusReportsTheNotControlledDeploymentByName(t *testing.T) {
-	got := computeStatus(testFoo(nil, ""), observation{notControlled: &notControlledError{name: "web"}}, t0)
+	got, _ := computeStatus(testFoo(nil, ""), observation{notControlled: &notControlledError{name: "web"}}, t0)
 	ready := meta.FindStatusCondition(got.Conditions, conditions.TypeReady)
 	if want := `Resource "web" already exists and is not managed by Foo`; ready == nil || ready.Message != want {
 		t.Errorf("Ready = %+v, want message %q", ready, want)
 	}
 }
 
-func TestRecomputingAnUnchangedStatusNeedsNoWrite(t *testing.T) {
+func TestStatusChanges(t *testing.T) {
 	foo := testFoo(ptr.To[int32](2), "nginx:latest")
-	obs := observation{deployment: deploymentWith(foo, 2, ptr.To(corev1.ConditionTrue))}
-	foo.Status = computeStatus(foo, obs, t0)
-	again := computeStatus(foo, obs, t1)
-	if !statusEqual(foo.Status, again) {
-		t.Errorf("a later pass over the same state changed the status:\n%+v\n%+v", foo.Status, again)
-	}
-}
-
-func TestAStatusChangeKeepsTheTransitionTimeOfUnchangedConditions(t *testing.T) {
-	foo := testFoo(ptr.To[int32](2), "nginx:latest")
-	foo.Status = computeStatus(foo, observation{deployment: deploymentWith(foo, 1, ptr.To(corev1.ConditionFalse))}, t0)
-	got := computeStatus(foo, observation{deployment: deploymentWith(foo, 2, ptr.To(corev1.ConditionTrue))}, t1)
-	if statusEqual(foo.Status, got) {
-		t.Fatal("a Deployment becoming available did not change the status")
-	}
-	if c := meta.FindStatusCondition(got.Conditions, TypeDeploymentSynced); !c.LastTransitionTime.Time.Equal(t0) {
-		t.Errorf("DeploymentSynced moved to %s though it stayed True", c.LastTransitionTime)
-	}
-	if c := meta.FindStatusCondition(got.Conditions, TypeDeploymentAvailable); !c.LastTransitionTime.Time.Equal(t1) {
-		t.Errorf("DeploymentAvailable transitioned at %s, want %s", c.LastTransitionTime, t1)
+	unavailable := observation{deployment: deploymentWith(foo, 1, ptr.To(corev1.ConditionFalse))}
+	for name, tc := range map[string]struct {
+		obs         observation
+		generation  int64
+		wantChanged bool
+		wantLTT     time.Time
+	}{
+		"a later pass over the same state changes nothing, so nothing is written": {
+			unavailable, 3, false, t0,
+		},
+		"one more available replica is a change; Ready keeps its transition time": {
+			observation{deployment: deploymentWith(foo, 2, ptr.To(corev1.ConditionFalse))}, 3, true, t0,
+		},
+		"a new generation is a change": {
+			unavailable, 4, true, t0,
+		},
+		"the Deployment becoming Available moves Ready's transition time": {
+			observation{deployment: deploymentWith(foo, 2, ptr.To(corev1.ConditionTrue))}, 3, true, t1,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := foo.DeepCopy()
+			f.Status, _ = computeStatus(f, unavailable, t0)
+			f.Generation = tc.generation
+			got, changed := computeStatus(f, tc.obs, t1)
+			if changed != tc.wantChanged {
+				t.Errorf("changed = %v, want %v", changed, tc.wantChanged)
+			}
+			if c := meta.FindStatusCondition(got.Conditions, conditions.TypeReady); !c.LastTransitionTime.Time.Equal(tc.wantLTT) {
+				t.Errorf("Ready transitioned at %s, want %s", c.LastTransitionTime, tc.wantLTT)
+			}
+		})
 	}
 }
 
