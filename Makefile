@@ -79,7 +79,7 @@ test-e2e: build tools-runtime ## Run the demo once to its expected states, and t
 # and reports ratios, and two at once would share the two cores.
 BENCH ?= .
 .PHONY: bench
-bench: build tools-runtime ## Run the scenario benchmarks under test/bench (BENCH=regexp selects).
+bench: build tools-runtime tools-peers ## Run the scenario benchmarks under test/bench (BENCH=regexp selects).
 	go test -p 1 -count=1 -run '^$$' -bench '$(BENCH)' -benchtime=1x -timeout=80m ./test/bench/...
 
 ##@ Build
@@ -125,10 +125,12 @@ undeploy: tools-gen ## Remove the kustomize deployment.
 tools: ## Build every pinned tool into the per-machine cache (hack/tools/build.sh).
 	hack/tools/build.sh
 
-.PHONY: tools-gen tools-lint tools-runtime
+.PHONY: tools-gen tools-lint tools-runtime tools-peers
 tools-gen:
 	@hack/tools/build.sh gen
 tools-lint:
 	@hack/tools/build.sh lint
 tools-runtime:
 	@hack/tools/build.sh kube kwok minio
+tools-peers:
+	@hack/tools/build.sh peers

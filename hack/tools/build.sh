@@ -22,8 +22,9 @@ declare -A packages=(
 	[minio]="github.com/minio/minio"
 	[gen]="sigs.k8s.io/controller-tools/cmd/controller-gen sigs.k8s.io/kustomize/kustomize/v5=kustomize"
 	[lint]="github.com/golangci/golangci-lint/v2/cmd/golangci-lint"
+	[peers]="k8s.io/sample-controller"
 )
-order=(gen lint kube kwok minio)
+order=(gen lint kube kwok minio peers)
 
 # Kubernetes binaries report the version stamped into them; unstamped they claim v0.0.0,
 # which OLM and minKubeVersion checks reject.
