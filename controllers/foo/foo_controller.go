@@ -18,8 +18,11 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
@@ -78,8 +81,12 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(controllerName).
-		For(&phalanksv1alpha1.Foo{}).
-		Owns(&appsv1.Deployment{}).
+		// Status and metadata writes, this controller's own among them, leave what a Foo
+		// asks for unchanged: only a new generation queues it.
+		For(&phalanksv1alpha1.Foo{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A Deployment appears because the pass that created it is running; its changes
+		// (status included) and its deletion queue its Foo.
+		Owns(&appsv1.Deployment{}, builder.WithPredicates(ignoreCreate)).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(o.Concurrency, 1),
 			RateLimiter:             newRateLimiter(),
@@ -91,6 +98,9 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 		}).
 		Complete(r)
 }
+
+// ignoreCreate drops creation events.
+var ignoreCreate = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
 
 // newRateLimiter returns sample-controller's limiter: the slower of a per-Foo exponential
 // backoff and an overall token bucket. It applies only to retries after errors.
