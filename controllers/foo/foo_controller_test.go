@@ -61,7 +61,7 @@ var _ = Describe("Foo controller", func() {
 			// Ready passes the synced check; envtest runs no Deployment controller, so
 			// the Deployment never reports Available.
 			g.Expect(meta.FindStatusCondition(foo.Status.Conditions, conditions.TypeReady)).To(HaveField("Reason", BeElementOf(ReasonUnavailable, ReasonAvailable)))
-			g.Expect(fooEvents(g, ctx, ns, name)).To(ContainElement(And(
+			g.Expect(fooEvents(ctx, g, ns, name)).To(ContainElement(And(
 				HaveField("Type", corev1.EventTypeNormal),
 				HaveField("Reason", "Synced"),
 				HaveField("Note", "Foo synced successfully"),
@@ -137,7 +137,7 @@ var _ = Describe("Foo controller", func() {
 		startManager(ns)
 
 		Eventually(func(g Gomega) {
-			g.Expect(fooEvents(g, ctx, ns, "test")).To(ContainElement(And(
+			g.Expect(fooEvents(ctx, g, ns, "test")).To(ContainElement(And(
 				HaveField("Type", corev1.EventTypeWarning),
 				HaveField("Reason", "ErrResourceExists"),
 				HaveField("Note", `Resource "test-deployment" already exists and is not managed by Foo`),
@@ -151,7 +151,7 @@ var _ = Describe("Foo controller", func() {
 		}).Should(Succeed())
 		after := getDeployment(Default, "test-deployment")
 		Expect(after.ResourceVersion).To(Equal(dep.ResourceVersion), "the controller wrote to a Deployment it does not control")
-		Expect(fooEvents(Default, ctx, ns, "test")).NotTo(ContainElement(HaveField("Reason", "Synced")))
+		Expect(fooEvents(ctx, Default, ns, "test")).NotTo(ContainElement(HaveField("Reason", "Synced")))
 
 		By("taking over the name once the other Deployment is gone")
 		Expect(env.Client.Delete(ctx, after)).To(Succeed())
@@ -231,7 +231,7 @@ var _ = Describe("Foo controller", func() {
 		Expect(res).To(BeZero())
 
 		Eventually(func(g Gomega) {
-			g.Expect(fooEvents(g, ctx, ns, "test")).To(ContainElement(And(
+			g.Expect(fooEvents(ctx, g, ns, "test")).To(ContainElement(And(
 				HaveField("Type", corev1.EventTypeWarning), HaveField("Reason", ReasonInvalidSpec))))
 		}).Should(Succeed())
 		foo := getFoo(Default, "test")

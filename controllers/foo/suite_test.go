@@ -89,7 +89,7 @@ func startManager(namespace string) {
 }
 
 // fooEvents lists the events.k8s.io Events regarding the named Foo.
-func fooEvents(g Gomega, ctx context.Context, namespace, name string) []eventsv1.Event {
+func fooEvents(ctx context.Context, g Gomega, namespace, name string) []eventsv1.Event {
 	var list eventsv1.EventList
 	g.Expect(env.Client.List(ctx, &list, client.InNamespace(namespace))).To(Succeed())
 	var out []eventsv1.Event
