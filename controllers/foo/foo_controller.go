@@ -90,10 +90,9 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(o.Concurrency, 1),
 			RateLimiter:             newRateLimiter(),
-			// sample-controller's FIFO queue. The priority queue would run a Foo again
-			// right after its own writes, ahead of the initial backlog, while the cache
-			// still holds the Foo from before its status write; the pass would write
-			// the same status again. FIFO reaches such a Foo only after the backlog.
+			// sample-controller's FIFO queue, not controller-runtime's default priority
+			// queue (which puts the initial list behind every later event and, by
+			// default, has no overall retry bucket).
 			UsePriorityQueue: ptr.To(false),
 		}).
 		Complete(r)
