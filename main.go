@@ -24,6 +24,7 @@ import (
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/controllers/foo"
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
 	"github.com/phalanks/phalanks-operator/internal/storagemigration"
 	"github.com/phalanks/phalanks-operator/internal/webhooks"
@@ -50,7 +51,11 @@ type config struct {
 	retryPeriod          time.Duration
 	shutdownTimeout      time.Duration
 
+	kubeAPIQPS   float64
+	kubeAPIBurst int
+
 	scaling scaling.Options
+	foo     foo.Options
 
 	zap zap.Options
 }
@@ -84,6 +89,11 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second,
 		"How long to wait for running reconciles and probes on SIGTERM.")
 	c.scaling.BindFlags(fs)
+	fs.Float64Var(&c.kubeAPIQPS, "kube-api-qps", 0,
+		"Client-side limit of requests per second to the API server; 0 leaves it off and relies on API Priority and Fairness.")
+	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 0,
+		"Burst above --kube-api-qps; 0 means client-go's default (10).")
+	c.foo.BindFlags(fs)
 	ctrlconfig.RegisterFlags(fs)
 	c.zap = zap.Options{}
 	c.zap.BindFlags(fs)
@@ -126,6 +136,9 @@ func run(args []string) error {
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	if cfg.kubeAPIQPS > 0 {
+		restCfg.QPS, restCfg.Burst = float32(cfg.kubeAPIQPS), cfg.kubeAPIBurst
 	}
 	mgr, err := ctrl.NewManager(restCfg, managerOptions(cfg))
 	if err != nil {
@@ -191,6 +204,9 @@ func managerOptions(cfg config) manager.Options {
 func setupReconcilers(mgr manager.Manager, cfg config) error {
 	if err := scaling.SetupWithManager(mgr, cfg.scaling); err != nil {
 		return fmt.Errorf("set up scheduled scaling: %w", err)
+	}
+	if err := foo.SetupWithManager(mgr, cfg.foo); err != nil {
+		return fmt.Errorf("set up foo controller: %w", err)
 	}
 	return nil
 }

@@ -29,7 +29,6 @@ import (
 // once one passes, this test fails, so that whoever registers the controller deletes its
 // entry here.
 var awaitingController = map[string]string{
-	"foo-creates-deployment":           "the Foo controller is not registered in main.go yet",
 	"storagebucket-terminal-condition": "the StorageBucket controller is not registered in main.go yet",
 }
 
