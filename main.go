@@ -23,6 +23,7 @@ import (
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
 )
 
 // leaderElectionID names the Lease that elects the one replica running leader-only work.
@@ -45,6 +46,8 @@ type config struct {
 	renewDeadline        time.Duration
 	retryPeriod          time.Duration
 	shutdownTimeout      time.Duration
+
+	storageBucket storagebucket.Options
 
 	zap zap.Options
 }
@@ -77,6 +80,7 @@ func parseFlags(args []string) (config, error) {
 		"How often candidates try to acquire or renew the lease.")
 	fs.DurationVar(&c.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second,
 		"How long to wait for running reconciles and probes on SIGTERM.")
+	c.storageBucket.BindFlags(fs)
 	ctrlconfig.RegisterFlags(fs)
 	c.zap = zap.Options{}
 	c.zap.BindFlags(fs)
@@ -175,7 +179,10 @@ func managerOptions(cfg config) manager.Options {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // setupReconcilers registers each controller through its own setup function.
-func setupReconcilers(_ manager.Manager, _ config) error {
+func setupReconcilers(mgr manager.Manager, cfg config) error {
+	if err := storagebucket.SetupWithManager(mgr, cfg.storageBucket); err != nil {
+		return err
+	}
 	return nil
 }
 
