@@ -14,13 +14,14 @@ import (
 	miniogo "github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/tags"
 
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/internal/s3probe"
 )
 
 // Tag keys on a managed bucket.
 const (
 	// TagOwnerUID names the UID of the StorageBucket that owns the bucket.
-	TagOwnerUID = "phalanks.io/storagebucket-uid"
+	TagOwnerUID = phalanksv1beta1.OwnerTagKey
 	// TagOwnerName names the owner as namespace/name, for people reading the tags.
 	TagOwnerName = "phalanks.io/storagebucket"
 	// AdoptUntagged is the adopt value that takes over a bucket without an ownership tag.
