@@ -7,14 +7,19 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 )
 
 var _ = Describe("Two managers with leader election", func() {
 	It("lets only the leader probe, and the other takes over within the lease duration when the leader dies", func() {
+		// A Manage bucket with deletionPolicy Delete exercises every permission: status,
+		// finalizer, events, Secrets.
 		ctx := context.Background()
 		env, err := envtest.Start(envtest.Options{Scheme: scheme})
 		Expect(err).NotTo(HaveOccurred())
@@ -26,9 +31,12 @@ var _ = Describe("Two managers with leader election", func() {
 		}
 		Expect(c.Create(ctx, credentialsSecret("team", s3))).To(Succeed())
 		sb := storageBucket("team", "elected", "elected-bucket", s3)
+		sb.Spec.DeletionPolicy = phalanksv1beta1.DeletionDelete
 		Expect(c.Create(ctx, sb)).To(Succeed())
 
-		kubeconfig, err := env.KubeconfigUser("phalanks-manager", "system:masters")
+		// The managers run with exactly the RBAC that config/rbac grants.
+		grantManagerRBAC(c, "phalanks-manager", "phalanks-system")
+		kubeconfig, err := env.KubeconfigUser("phalanks-manager")
 		Expect(err).NotTo(HaveOccurred())
 		path := writeKubeconfig(kubeconfig)
 		const lease, retry = 4 * time.Second, 500 * time.Millisecond
@@ -69,6 +77,15 @@ var _ = Describe("Two managers with leader election", func() {
 		Expect(tookOver).To(BeNumerically("<=", lease+2*retry+retry/2))
 		Eventually(follower.probes).WithTimeout(30 * time.Second).Should(BeNumerically(">=", 2))
 		eventuallyReady(c, sb, metav1.ConditionTrue, "BucketReady", 30*time.Second)
+
+		By("deleting the bucket with the StorageBucket, through the finalizer")
+		Expect(c.Delete(ctx, sb)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(sb), sb)) }).
+			WithTimeout(30 * time.Second).Should(BeTrue())
+		admin, err := s3.Client()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(admin.BucketExists(ctx, "elected-bucket")).To(BeFalse())
+		Expect(a.log() + b.log()).NotTo(ContainSubstring("forbidden"))
 
 		expectNoSecrets(a.log()+b.log(), s3.SecretKey, s3.AccessKey)
 	})

@@ -19,6 +19,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/test/harness/certs"
@@ -168,6 +170,43 @@ func writeKubeconfig(data []byte) string {
 	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
 	Expect(os.WriteFile(path, data, 0o600)).To(Succeed())
 	return path
+}
+
+// grantManagerRBAC gives user exactly the roles config/rbac grants the manager: the
+// ClusterRole generated from the +kubebuilder:rbac markers, and the leader election
+// Role in the lease namespace.
+func grantManagerRBAC(c client.Client, user, leaseNamespace string) {
+	GinkgoHelper()
+	ctx := context.Background()
+	root, err := tools.RepoRoot()
+	Expect(err).NotTo(HaveOccurred())
+	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+
+	cr := &rbacv1.ClusterRole{}
+	decodeFile(filepath.Join(root, "config", "rbac", "role.yaml"), cr)
+	Expect(c.Create(ctx, cr)).To(Succeed())
+	Expect(c.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "manager-rolebinding"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name},
+		Subjects:   subject,
+	})).To(Succeed())
+
+	role := &rbacv1.Role{}
+	decodeFile(filepath.Join(root, "config", "rbac", "leader_election_role.yaml"), role)
+	role.Namespace = leaseNamespace
+	Expect(c.Create(ctx, role)).To(Succeed())
+	Expect(c.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: "leader-election-rolebinding"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   subject,
+	})).To(Succeed())
+}
+
+func decodeFile(path string, into any) {
+	GinkgoHelper()
+	data, err := os.ReadFile(path)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(yaml.Unmarshal(data, into)).To(Succeed())
 }
 
 func credentialsSecret(ns string, s3 *minio.Server) *corev1.Secret {
