@@ -123,6 +123,25 @@ type CredentialsSecretReference struct {
 	SecretAccessKeyKey string `json:"secretAccessKeyKey,omitempty"`
 }
 
+// Default key names in the credentials Secret, as the AWS tools name them.
+const (
+	DefaultAccessKeyIDKey     = "AWS_ACCESS_KEY_ID"
+	DefaultSecretAccessKeyKey = "AWS_SECRET_ACCESS_KEY" //nolint:gosec // G101: a key name, not a credential
+)
+
+// Keys returns the Secret keys of the access key ID and the secret access key, with
+// the defaults for unset ones.
+func (r CredentialsSecretReference) Keys() (accessKeyID, secretAccessKey string) {
+	accessKeyID, secretAccessKey = r.AccessKeyIDKey, r.SecretAccessKeyKey
+	if accessKeyID == "" {
+		accessKeyID = DefaultAccessKeyIDKey
+	}
+	if secretAccessKey == "" {
+		secretAccessKey = DefaultSecretAccessKeyKey
+	}
+	return accessKeyID, secretAccessKey
+}
+
 // KeyReference names one key of a ConfigMap or Secret in the StorageBucket's namespace.
 type KeyReference struct {
 	// name of the ConfigMap or Secret.

@@ -151,7 +151,7 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 			return in, err
 		}
 		fp += ";secret=" + rv
-		idKey, secretKey := credentialKeys(ref)
+		idKey, secretKey := ref.Keys()
 		switch {
 		case !found:
 			in.failure = s3probe.NewFailure(s3probe.ReasonSecretNotFound, nil, "credentials Secret %q does not exist", ref.Name)
@@ -181,16 +181,4 @@ func caRef(sb *phalanksv1beta1.StorageBucket) (key, name, kind string) {
 		key = "ca.crt"
 	}
 	return key, ref.Name, kind
-}
-
-func credentialKeys(ref *phalanksv1beta1.CredentialsSecretReference) (idKey, secretKey string) {
-	idKey, secretKey = ref.AccessKeyIDKey, ref.SecretAccessKeyKey
-	if idKey == "" {
-		idKey = "AWS_ACCESS_KEY_ID"
-	}
-	if secretKey == "" {
-		secretKey = "AWS_SECRET_ACCESS_KEY" //nolint:gosec // G101: the name of a Secret key, not a credential
-
-	}
-	return idKey, secretKey
 }

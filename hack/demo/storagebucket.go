@@ -43,13 +43,7 @@ func adaptStorageBucket(ctx context.Context, e *env, obj *unstructured.Unstructu
 		return err
 	}
 	if ref := sb.Spec.CredentialsSecretRef; ref != nil {
-		idKey, secretKey := ref.AccessKeyIDKey, ref.SecretAccessKeyKey
-		if idKey == "" {
-			idKey = "AWS_ACCESS_KEY_ID"
-		}
-		if secretKey == "" {
-			secretKey = "AWS_SECRET_ACCESS_KEY"
-		}
+		idKey, secretKey := ref.Keys()
 		secret := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: ref.Name},
 			StringData: map[string]string{idKey: e.s3.AccessKey, secretKey: e.s3.SecretKey},
