@@ -13,6 +13,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -160,7 +161,9 @@ func managerOptions(cfg config) manager.Options {
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	return manager.Options{
-		Scheme:                        newScheme(),
+		Scheme: newScheme(),
+		// Nothing reads managedFields from the cache; dropping them saves memory and copies.
+		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        cfg.probeAddr,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: cfg.webhookPort, CertDir: cfg.webhookCertDir, TLSOpts: tlsOpts}),
