@@ -267,15 +267,15 @@ func classifyS3(err error, s Subject) *Failure {
 	case resp.Code == "PermanentRedirect" || resp.Code == "IllegalLocationConstraintException" ||
 		resp.Code == "InvalidRegion" || resp.StatusCode == http.StatusMovedPermanently:
 		return wrongRegion(err, s, regionMismatch(resp, s.Region))
+	case resp.Code == "ObjectLocked" || strings.Contains(strings.ToLower(resp.Message), "object lock") ||
+		strings.Contains(resp.Message, "WORM"):
+		return NewFailure(ReasonObjectLockEnabled, err, "object lock on bucket %q forbids the operation (%s)", s.Bucket, detail)
 	case resp.Code == "AccessDenied" || resp.Code == "AllAccessDisabled" || resp.StatusCode == http.StatusForbidden:
 		return NewFailure(ReasonAccessDenied, err, "%s denied access to bucket %q (%s)", s.Host, s.Bucket, detail)
 	case resp.Code == "NoSuchBucket":
 		return NewFailure(ReasonNoSuchBucket, err, "bucket %q does not exist on %s", s.Bucket, s.Host)
 	case resp.Code == "BucketNotEmpty":
 		return NewFailure(ReasonBucketNotEmpty, err, "bucket %q is not empty", s.Bucket)
-	case resp.Code == "ObjectLocked" || strings.Contains(strings.ToLower(resp.Message), "object lock") ||
-		strings.Contains(resp.Message, "WORM"):
-		return NewFailure(ReasonObjectLockEnabled, err, "object lock on bucket %q forbids the operation (%s)", s.Bucket, detail)
 	case resp.StatusCode >= 500 || resp.Code == "SlowDown" || resp.Code == "ServiceUnavailable" || resp.Code == "InternalError":
 		return NewFailure(ReasonServerError, err, "%s answered with a server error (%s)", s.Host, serverErrorText(resp))
 	}
