@@ -19,6 +19,8 @@ import (
 // from the referenced Secret and ConfigMap.
 type inputs struct {
 	endpoint s3probe.Endpoint
+	// host is the endpoint's host:port; key names the endpoint (scheme, host, port).
+	host, key string
 	// fingerprint changes whenever a referenced object or the adopt annotation
 	// changes, so a changed input is probed at once.
 	fingerprint string
@@ -128,6 +130,7 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 		Region:     sb.Spec.Region,
 		Addressing: s3probe.Addressing(sb.Spec.AddressingStyle),
 	}}
+	in.host, in.key = in.endpoint.Host(), in.endpoint.Key()
 	fp := "adopt=" + sb.Annotations[phalanksv1beta1.AnnotationAdopt]
 	if ref := sb.Spec.CABundle; ref != nil {
 		key, name, kind := caRef(sb)

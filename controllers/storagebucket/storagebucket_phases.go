@@ -94,7 +94,7 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 		probeLateness.Observe(now.Sub(due).Seconds())
 	}
 	probesTotal.WithLabelValues(string(cause)).Inc()
-	st.generation, st.fingerprint, st.endpoint = sb.Generation, in.fingerprint, in.endpoint.Key()
+	st.generation, st.fingerprint, st.endpoint = sb.Generation, in.fingerprint, in.key
 
 	target := s3probe.Target{
 		Endpoint:  in.endpoint,
@@ -104,7 +104,7 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 		CanaryKey: phalanksv1beta1.CanaryPrefix + string(sb.UID),
 	}
 	check := checkInput{depth: target.Depth, anonymous: in.endpoint.Credentials == nil,
-		secure: strings.HasPrefix(in.endpoint.Key(), "https://"), host: in.endpoint.Host(), bucket: target.Bucket}
+		secure: strings.HasPrefix(in.key, "https://"), host: in.host, bucket: target.Bucket}
 	managed := sb.Spec.ManagementPolicy == phalanksv1beta1.ManagementManage
 	if managed {
 		check.manage = &manageResult{}
@@ -162,7 +162,7 @@ func (r *Reconciler) manage(ctx context.Context, sb *phalanksv1beta1.StorageBuck
 	if st.ownedFor == st.ownershipKey() {
 		return &manageResult{owned: true}
 	}
-	subject := s3probe.Subject{Host: in.endpoint.Host(), Bucket: sb.Spec.BucketName, Region: sb.Spec.Region, Timeout: sb.Spec.HealthCheck.TimeoutDuration()}
+	subject := s3probe.Subject{Host: in.host, Bucket: sb.Spec.BucketName, Region: sb.Spec.Region, Timeout: sb.Spec.HealthCheck.TimeoutDuration()}
 	conn, err := r.prober.Pool.Conn(in.endpoint)
 	if err != nil {
 		return &manageResult{failure: s3probe.Classify(err, subject)}
@@ -334,7 +334,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, sb *phalanksv1beta1.St
 		return r.blockDeletion(ctx, sb, in.failure, now)
 	}
 	conn, err := r.prober.Pool.Conn(in.endpoint)
-	subject := s3probe.Subject{Host: in.endpoint.Host(), Bucket: sb.Spec.BucketName, Region: sb.Spec.Region, Timeout: deletionTimeout}
+	subject := s3probe.Subject{Host: in.host, Bucket: sb.Spec.BucketName, Region: sb.Spec.Region, Timeout: deletionTimeout}
 	if err != nil {
 		return r.blockDeletion(ctx, sb, s3probe.Classify(err, subject), now)
 	}

@@ -40,8 +40,8 @@ type Target struct {
 	CanaryKey string
 }
 
-func (t Target) subject() Subject {
-	return Subject{Host: t.Host(), Bucket: t.Bucket, Region: t.Region, Timeout: t.Timeout}
+func (t Target) subject(host string) Subject {
+	return Subject{Host: host, Bucket: t.Bucket, Region: t.Region, Timeout: t.Timeout}
 }
 
 // Result is what one probe found.
@@ -76,7 +76,7 @@ func (p *Prober) Probe(ctx context.Context, t Target) Result {
 
 	conn, err := p.Pool.Conn(t.Endpoint)
 	if err != nil {
-		res.Failure = Classify(err, t.subject())
+		res.Failure = Classify(err, t.subject(t.Host()))
 	} else {
 		res.Failure = p.probe(ctx, conn, t)
 		res.CertNotAfter = conn.CertNotAfter()
@@ -89,14 +89,14 @@ func (p *Prober) Probe(ctx context.Context, t Target) Result {
 }
 
 func (p *Prober) probe(ctx context.Context, conn *Conn, t Target) *Failure {
-	s := t.subject()
+	s := t.subject(conn.Host)
 	switch t.Depth {
 	case DepthConnect:
 		return Classify(connect(ctx, conn), s)
 	case DepthList:
 		return Classify(listOne(ctx, conn.Client, t.Bucket), s)
 	case DepthReadWrite:
-		return readWrite(ctx, conn.Client, t)
+		return readWrite(ctx, conn.Client, t, s)
 	default:
 		return Classify(HeadBucket(ctx, conn.Client, t.Bucket), s)
 	}
@@ -150,8 +150,7 @@ const canarySize = 64
 
 // readWrite puts a random canary object, reads it back, compares it and deletes the
 // exact version it wrote, so neither a version nor a delete marker stays behind.
-func readWrite(ctx context.Context, c *miniogo.Client, t Target) *Failure {
-	s := t.subject()
+func readWrite(ctx context.Context, c *miniogo.Client, t Target, s Subject) *Failure {
 	want := make([]byte, canarySize)
 	if _, err := rand.Read(want); err != nil {
 		return NewFailure(ReasonUnknown, err, "generate canary: %s", err)

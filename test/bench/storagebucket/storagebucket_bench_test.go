@@ -81,18 +81,19 @@ func runScenario(b *testing.B) {
 	// its probe capacity. The operator keeps probing on schedule during the raw loop, so
 	// the raw side counts those probes too.
 	var opRates, rawRates []float64
+	var opCPU, rawCPU []time.Duration
 	var burst time.Duration
 	for round := 1; round <= 2; round++ {
 		progress("capacity round %d: raw HeadBucket loop at concurrency %d", round, concurrency)
 		bg := op.metric("phalanks_storagebucket_probes_total", nil)
 		t := time.Now()
-		raw := sc.rawLoop(b, n, 15*time.Second)
+		raw, cpu := sc.rawLoop(b, n, 15*time.Second)
 		background := (op.metric("phalanks_storagebucket_probes_total", nil) - bg) / time.Since(t).Seconds()
-		rawRates = append(rawRates, raw+background)
+		rawRates, rawCPU = append(rawRates, raw+background), append(rawCPU, cpu)
 		progress("capacity round %d: rotating the credentials Secret, so every bucket is due at once", round)
 		var rate float64
-		rate, burst = sc.reprobeAll(b, op, n, round)
-		opRates = append(opRates, rate)
+		rate, cpu, burst = sc.reprobeAll(b, op, n, round)
+		opRates, opCPU = append(opRates, rate), append(opCPU, cpu)
 	}
 	op.stop()
 
@@ -106,20 +107,23 @@ func runScenario(b *testing.B) {
 	nvRes := sc.measure(b, nv, windows*interval)
 	nv.stop()
 
-	report(b, n, opRes, nvRes, mean(opRates), burst, mean(rawRates))
+	report(b, n, opRes, nvRes, capacityResult{op: mean(opRates), raw: mean(rawRates), burst: burst,
+		opCPU: (opCPU[0] + opCPU[1]) / 2, rawCPU: (rawCPU[0] + rawCPU[1]) / 2})
 }
 
 // reprobeAll rotates the credentials Secret and returns the operator's sustained probe
 // rate while it re-probes every bucket: all its probes between the samples where 10 %
 // and 90 % of the re-probes were done, which leaves out the trigger's latency and the
-// tail of the last workers. It also returns how long the whole re-probe took.
-func (sc *scenario) reprobeAll(b *testing.B, op *proc, n, round int) (float64, time.Duration) {
+// tail of the last workers. It also returns the operator's CPU time per probe over the
+// whole re-probe, and how long that took.
+func (sc *scenario) reprobeAll(b *testing.B, op *proc, n, round int) (rate float64, cpuPerProbe time.Duration, total time.Duration) {
 	ctx := context.Background()
 	take := func() sample {
 		return sample{at: time.Now(), inputs: op.metric("phalanks_storagebucket_probes_total", map[string]string{"cause": "inputs"}),
 			all: op.metric("phalanks_storagebucket_probes_total", nil)}
 	}
 	base := take()
+	cpuBefore := procCPUTicks(op.p.PID())
 	sec := &corev1.Secret{}
 	must(b, sc.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "s3"}, sec))
 	sec.Annotations = map[string]string{"rotated": strconv.Itoa(round)}
@@ -131,7 +135,9 @@ func (sc *scenario) reprobeAll(b *testing.B, op *proc, n, round int) (float64, t
 		samples = append(samples, s)
 		return s.inputs-base.inputs >= float64(n)
 	})
-	total := time.Since(start)
+	total = time.Since(start)
+	end := samples[len(samples)-1]
+	cpuPerProbe = seconds((procCPUTicks(op.p.PID()) - cpuBefore) / clockTicks() / (end.all - base.all))
 	var first, last *sample
 	for i := range samples {
 		done := samples[i].inputs - base.inputs
@@ -144,9 +150,9 @@ func (sc *scenario) reprobeAll(b *testing.B, op *proc, n, round int) (float64, t
 	}
 	if first == nil || last == nil || !last.at.After(first.at) {
 		// Too fast to sample inside the burst: fall back to the whole re-probe.
-		return (samples[len(samples)-1].all - base.all) / total.Seconds(), total
+		return (end.all - base.all) / total.Seconds(), cpuPerProbe, total
 	}
-	return (last.all - first.all) / last.at.Sub(first.at).Seconds(), total
+	return (last.all - first.all) / last.at.Sub(first.at).Seconds(), cpuPerProbe, total
 }
 
 func mean(xs []float64) float64 {
@@ -494,8 +500,9 @@ func quantile(buckets []bucketCount, count, q float64) time.Duration {
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // rawLoop runs HeadBucket on the buckets in turn from concurrency goroutines for d, over
-// one shared transport, and returns the probes per second.
-func (sc *scenario) rawLoop(b *testing.B, n int, d time.Duration) float64 {
+// one shared transport, and returns the probes per second and the CPU time per probe
+// (of this whole process, which does nothing else meanwhile).
+func (sc *scenario) rawLoop(b *testing.B, n int, d time.Duration) (float64, time.Duration) {
 	c, err := miniogo.New(sc.s3.Endpoint, &miniogo.Options{
 		Creds:      credentials.NewStaticV4(sc.s3.AccessKey, sc.s3.SecretKey, ""),
 		Region:     sc.s3.Region,
@@ -509,6 +516,7 @@ func (sc *scenario) rawLoop(b *testing.B, n int, d time.Duration) float64 {
 	defer cancel()
 	var wg sync.WaitGroup
 	start := time.Now()
+	cpuBefore := procCPUTicks(os.Getpid())
 	for range concurrency {
 		wg.Go(func() {
 			for ctx.Err() == nil {
@@ -530,10 +538,19 @@ func (sc *scenario) rawLoop(b *testing.B, n int, d time.Duration) float64 {
 	if failed.Load() > 0 {
 		b.Fatalf("raw loop: %d of %d HeadBucket requests failed", failed.Load(), done.Load())
 	}
-	return float64(done.Load()) / time.Since(start).Seconds()
+	cpu := seconds((procCPUTicks(os.Getpid()) - cpuBefore) / clockTicks() / float64(done.Load()))
+	return float64(done.Load()) / time.Since(start).Seconds(), cpu
 }
 
-func report(b *testing.B, n int, op, nv result, capacity float64, burst time.Duration, raw float64) {
+// capacityResult compares the operator's probe capacity with the raw loop's.
+type capacityResult struct {
+	op, raw       float64 // probes per second
+	burst         time.Duration
+	opCPU, rawCPU time.Duration // CPU time per probe
+}
+
+func report(b *testing.B, n int, op, nv result, c capacityResult) {
+	capacity, raw, burst := c.op, c.raw, c.burst
 	b.ReportMetric(100*op.onTimeShare, "ontime_%")
 	b.ReportMetric(float64(op.p50.Milliseconds()), "p50_late_ms")
 	b.ReportMetric(float64(op.p99.Milliseconds()), "p99_late_ms")
@@ -544,6 +561,8 @@ func report(b *testing.B, n int, op, nv result, capacity float64, burst time.Dur
 	b.ReportMetric(capacity, "capacity_probes/s")
 	b.ReportMetric(raw, "raw_probes/s")
 	b.ReportMetric(capacity/raw, "capacity/raw")
+	b.ReportMetric(float64(c.opCPU.Microseconds()), "cpu_us/probe")
+	b.ReportMetric(float64(c.rawCPU.Microseconds()), "raw_cpu_us/probe")
 	b.ReportMetric(100*nv.onTimeShare, "naive_ontime_%")
 	b.ReportMetric(float64(nv.p99.Milliseconds()), "naive_p99_late_ms")
 	b.ReportMetric(nv.writesPerProbe, "naive_writes/probe")
@@ -561,7 +580,8 @@ func report(b *testing.B, n int, op, nv result, capacity float64, burst time.Dur
 	fmt.Println(row("operator (bin/manager)", op))
 	fmt.Println(row("naive seed-style baseline", nv))
 	fmt.Printf("\nProbe capacity (mean of two rounds): operator %.0f probes/s (all %d buckets re-probed in %s after the last Secret rotation), "+
-		"raw HeadBucket loop %.0f probes/s: %.0f %%\n\n", capacity, n, burst.Round(10*time.Millisecond), raw, 100*capacity/raw)
+		"raw HeadBucket loop %.0f probes/s: %.0f %%\n", capacity, n, burst.Round(10*time.Millisecond), raw, 100*capacity/raw)
+	fmt.Printf("CPU per probe: operator %s, raw loop %s\n\n", c.opCPU.Round(time.Microsecond), c.rawCPU.Round(time.Microsecond))
 }
 
 // procStatusMiB reads a memory field (VmRSS, VmHWM) of a process in MiB.
