@@ -55,7 +55,7 @@ type refData struct {
 func (r *refReader) read(ctx context.Context, key refKey) (data map[string][]byte, rv string, found bool, err error) {
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(key.kind))
-	switch err := r.cache.Get(ctx, key.NamespacedName, meta); {
+	switch err := r.cache.Get(ctx, key.NamespacedName, meta, client.UnsafeDisableDeepCopy); {
 	case apierrors.IsNotFound(err):
 		// The cache may lag a Secret created a moment ago; ask the API server.
 		meta.ResourceVersion = ""

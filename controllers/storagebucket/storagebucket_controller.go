@@ -157,8 +157,10 @@ func requestLogger(base logr.Logger) func(*reconcile.Request) logr.Logger {
 // Reconcile probes a StorageBucket when it is due (or its spec or inputs changed),
 // manages or deletes its bucket by policy, and writes the status when it changed.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	// Most passes only read the object, so they read the cache's own copy: every write
+	// (patchStatus, the finalizer patches) works on a deep copy of it.
 	sb := &phalanksv1beta1.StorageBucket{}
-	if err := r.client.Get(ctx, req.NamespacedName, sb); err != nil {
+	if err := r.client.Get(ctx, req.NamespacedName, sb, client.UnsafeDisableDeepCopy); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
 			return ctrl.Result{}, nil

@@ -266,7 +266,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, sb *phalanksv1beta1.Storag
 }
 
 func (r *Reconciler) patchStatus(ctx context.Context, sb *phalanksv1beta1.StorageBucket, next phalanksv1beta1.StorageBucketStatus, cause string) error {
-	before := sb.DeepCopy()
+	before := sb
+	sb = sb.DeepCopy() // sb may be the cache's own object (see Reconcile)
 	sb.Status = next
 	if err := r.client.Status().Patch(ctx, sb, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("patch StorageBucket status: %w", err)
@@ -289,7 +290,8 @@ func (r *Reconciler) reconcileFinalizer(ctx context.Context, sb *phalanksv1beta1
 	if want == controllerutil.ContainsFinalizer(sb, phalanksv1beta1.FinalizerBucketDeletion) {
 		return false, nil
 	}
-	before := sb.DeepCopy()
+	before := sb
+	sb = sb.DeepCopy() // sb may be the cache's own object (see Reconcile)
 	if want {
 		controllerutil.AddFinalizer(sb, phalanksv1beta1.FinalizerBucketDeletion)
 	} else {
@@ -389,7 +391,8 @@ func (r *Reconciler) blockDeletion(ctx context.Context, sb *phalanksv1beta1.Stor
 }
 
 func (r *Reconciler) releaseFinalizer(ctx context.Context, sb *phalanksv1beta1.StorageBucket) error {
-	before := sb.DeepCopy()
+	before := sb
+	sb = sb.DeepCopy() // sb may be the cache's own object (see Reconcile)
 	controllerutil.RemoveFinalizer(sb, phalanksv1beta1.FinalizerBucketDeletion)
 	if err := r.client.Patch(ctx, sb, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove finalizer: %w", err)
