@@ -161,9 +161,7 @@ func managerOptions(cfg config) manager.Options {
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	return manager.Options{
-		Scheme: newScheme(),
-		// Nothing reads managedFields from the cache; dropping them saves memory and copies.
-		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Scheme:                        newScheme(),
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        cfg.probeAddr,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: cfg.webhookPort, CertDir: cfg.webhookCertDir, TLSOpts: tlsOpts}),
@@ -175,6 +173,8 @@ func managerOptions(cfg config) manager.Options {
 		RenewDeadline:                 &cfg.renewDeadline,
 		RetryPeriod:                   &cfg.retryPeriod,
 		GracefulShutdownTimeout:       &cfg.shutdownTimeout,
+		// Nothing reads managedFields from the cache; dropping them saves memory and copies.
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 	}
 }
 
