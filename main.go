@@ -14,6 +14,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -26,6 +27,7 @@ import (
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/controllers/foo"
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
+	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
 	"github.com/phalanks/phalanks-operator/internal/storagemigration"
 	"github.com/phalanks/phalanks-operator/internal/webhooks"
 )
@@ -54,8 +56,9 @@ type config struct {
 	kubeAPIQPS   float64
 	kubeAPIBurst int
 
-	scaling scaling.Options
-	foo     foo.Options
+	scaling       scaling.Options
+	foo           foo.Options
+	storageBucket storagebucket.Options
 
 	zap zap.Options
 }
@@ -94,6 +97,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 0,
 		"Burst above --kube-api-qps; 0 means client-go's default (10).")
 	c.foo.BindFlags(fs)
+	c.storageBucket.BindFlags(fs)
 	ctrlconfig.RegisterFlags(fs)
 	c.zap = zap.Options{}
 	c.zap.BindFlags(fs)
@@ -194,6 +198,8 @@ func managerOptions(cfg config) manager.Options {
 		RenewDeadline:                 &cfg.renewDeadline,
 		RetryPeriod:                   &cfg.retryPeriod,
 		GracefulShutdownTimeout:       &cfg.shutdownTimeout,
+		// Nothing reads managedFields from the cache; dropping them saves memory and copies.
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 	}
 }
 
@@ -202,6 +208,9 @@ func managerOptions(cfg config) manager.Options {
 
 // setupReconcilers registers each controller through its own setup function.
 func setupReconcilers(mgr manager.Manager, cfg config) error {
+	if err := storagebucket.SetupWithManager(mgr, cfg.storageBucket); err != nil {
+		return fmt.Errorf("set up storagebucket controller: %w", err)
+	}
 	if err := scaling.SetupWithManager(mgr, cfg.scaling); err != nil {
 		return fmt.Errorf("set up scheduled scaling: %w", err)
 	}
