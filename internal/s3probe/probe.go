@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	miniogo "github.com/minio/minio-go/v7"
@@ -106,7 +107,8 @@ func (p *Prober) probe(ctx context.Context, conn *Conn, t Target) *Failure {
 // same way the S3 requests verify it.
 func connect(ctx context.Context, conn *Conn) error {
 	var d net.Dialer
-	raw, err := d.DialContext(ctx, "tcp", conn.Host)
+	addr := dialAddress(conn.Host, conn.secure)
+	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return err
 	}
@@ -114,13 +116,23 @@ func connect(ctx context.Context, conn *Conn) error {
 	if !conn.secure {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(conn.Host)
-	if err != nil {
-		host = conn.Host
-	}
+	host, _, _ := net.SplitHostPort(addr)
 	cfg := conn.entry.tlsCfg.Clone()
 	cfg.ServerName = host
 	return tls.Client(raw, cfg).HandshakeContext(ctx)
+}
+
+// dialAddress is the host:port to dial for an endpoint URL's host, which names its port
+// only when it is not the scheme's default.
+func dialAddress(host string, secure bool) string {
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	port := "80"
+	if secure {
+		port = "443"
+	}
+	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), port)
 }
 
 // HeadBucket checks that the bucket exists and the credentials may read it.

@@ -121,6 +121,10 @@ func TestClassifiesRealFailures(t *testing.T) {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "https://nonexistent.invalid"}, Depth: s3probe.DepthHeadBucket},
 			wantReason: s3probe.ReasonDNSFailure, wantCheck: s3probe.CheckReachable, wantInMsg: "nonexistent.invalid",
 		},
+		"the Connect depth dials the scheme's default port when the URL names none": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "https://nonexistent.invalid"}, Depth: s3probe.DepthConnect},
+			wantReason: s3probe.ReasonDNSFailure, wantCheck: s3probe.CheckReachable, wantInMsg: "nonexistent.invalid",
+		},
 		"an endpoint that never answers is Timeout": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "http://" + silent}, Depth: s3probe.DepthHeadBucket, Timeout: 300 * time.Millisecond},
 			wantReason: s3probe.ReasonTimeout, wantCheck: s3probe.CheckReachable, wantInMsg: "300ms",
