@@ -84,12 +84,12 @@ verify: manifests generate catalog ## Regenerate everything (CRDs, RBAC, deepcop
 	fi
 
 .PHONY: test
-test: verify vet lint tools-runtime ## Run verify, vet, lint, then unit, envtest and MinIO suites with the race detector.
+test: verify vet lint tools-runtime ## Run verify, vet, lint, then the unit, envtest, MinIO, local-cluster e2e and OLM bundle suites with the race detector.
 	go test $(GO_TEST_FLAGS) ./...
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
-test-e2e: build tools-runtime ## Run the demo once to its expected states, and the local-cluster e2e suite.
+test-e2e: build tools-runtime ## Run the demo once: every sample must reach its expected state.
 	DEMO_ONESHOT=1 go run ./hack/demo
 
 # Scenario benchmarks run one at a time (-p 1): each measures a peer in the same run
