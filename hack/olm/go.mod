@@ -14,7 +14,7 @@ require (
 	github.com/operator-framework/operator-registry v1.72.0
 	github.com/phalanks/phalanks-operator v0.0.0-00010101000000-000000000000
 	github.com/sirupsen/logrus v1.9.4
-	golang.org/x/tools v0.49.0
+	golang.org/x/tools v0.50.0
 	k8s.io/api v0.36.3
 	k8s.io/apiextensions-apiserver v0.36.3
 	k8s.io/apimachinery v0.36.3

@@ -58,19 +58,23 @@ type Bundle struct {
 	Objects []*unstructured.Unstructured
 	// Scorecard is the scorecard Configuration.
 	Scorecard *unstructured.Unstructured
+	// LeftOut describes the cert-manager pieces of config/manifests the bundle leaves to
+	// OLM.
+	LeftOut []string
 }
 
-// Assemble builds the bundle from its inputs. It fails on anything it cannot place
-// (a second CSV, a sample-less owned version, cert-manager objects) rather than guess.
+// Assemble builds the bundle from its inputs. It fails on anything it cannot place (a
+// second CSV, an owned version without example) rather than guess.
 func Assemble(in *Inputs, p Params) (*Bundle, error) {
 	v, err := semver.Parse(p.Version)
 	if err != nil {
 		return nil, fmt.Errorf("version %q: %w", p.Version, err)
 	}
-	if err := refuseCertManager(in.Manifests); err != nil {
+	objs, leftOut, err := leaveCertManagerToOLM(in.Manifests)
+	if err != nil {
 		return nil, err
 	}
-	m, err := classify(in.Manifests)
+	m, err := classify(objs)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +119,7 @@ func Assemble(in *Inputs, p Params) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bundle{CSV: csv, Scorecard: scorecard, Objects: m.others}
+	b := &Bundle{CSV: csv, Scorecard: scorecard, Objects: m.others, LeftOut: leftOut}
 	for _, crd := range m.crds {
 		u, err := toUnstructured(crd)
 		if err != nil {
@@ -522,21 +526,102 @@ func scorecardConfig(objs []*unstructured.Unstructured, image string) (*unstruct
 	return cfg, nil
 }
 
-// refuseCertManager fails on cert-manager objects or annotations: under OLM, OLM issues
-// and mounts the webhook certificate, and a bundle with cert-manager pieces would not
-// install (or would fight OLM over the CRDs' conversion stanza).
-func refuseCertManager(objs []*unstructured.Unstructured) error {
+// leaveCertManagerToOLM removes what config/default adds for cert-manager, derived from
+// the objects themselves: cert-manager objects, cert-manager annotations (CA injection),
+// and the Deployment volumes (and their mounts) of the Secrets cert-manager Certificates
+// write. Under OLM, OLM issues the webhook certificate and mounts it where the manager
+// reads it by default, and writes the CRDs' conversion stanza with its CA. It returns the
+// remaining objects and a line for each thing it left out.
+func leaveCertManagerToOLM(objs []*unstructured.Unstructured) ([]*unstructured.Unstructured, []string, error) {
+	var kept []*unstructured.Unstructured
+	var leftOut []string
+	certSecrets := map[string]bool{}
 	for _, u := range objs {
-		if strings.HasSuffix(u.GroupVersionKind().Group, "cert-manager.io") {
-			return fmt.Errorf("config/manifests renders %s %s: OLM issues the webhook certificate, leave cert-manager out of the bundle", u.GetKind(), u.GetName())
+		if !isCertManager(u.GroupVersionKind().Group) {
+			kept = append(kept, u)
+			continue
 		}
-		for k := range u.GetAnnotations() {
-			if strings.Contains(k, "cert-manager.io/") {
-				return fmt.Errorf("config/manifests renders %s %s with annotation %s: OLM injects the CA itself, leave cert-manager out of the bundle", u.GetKind(), u.GetName(), k)
+		leftOut = append(leftOut, fmt.Sprintf("%s %s (cert-manager)", u.GetKind(), u.GetName()))
+		if u.GetKind() == "Certificate" {
+			if name, _, _ := unstructured.NestedString(u.Object, "spec", "secretName"); name != "" {
+				certSecrets[name] = true
 			}
 		}
 	}
-	return nil
+	for i, u := range kept {
+		u = u.DeepCopy()
+		annotations := u.GetAnnotations()
+		for k := range annotations {
+			if isCertManager(k[:max(strings.Index(k, "/"), 0)]) {
+				delete(annotations, k)
+				leftOut = append(leftOut, fmt.Sprintf("annotation %s on %s %s", k, u.GetKind(), u.GetName()))
+			}
+		}
+		if len(annotations) == 0 {
+			annotations = nil
+		}
+		u.SetAnnotations(annotations)
+		if u.GroupVersionKind().GroupKind() == (schema.GroupKind{Group: "apps", Kind: "Deployment"}) && len(certSecrets) > 0 {
+			removed, err := dropSecretVolumes(u, certSecrets)
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, v := range removed {
+				leftOut = append(leftOut, fmt.Sprintf("volume %s of Deployment %s (the cert-manager certificate)", v, u.GetName()))
+			}
+		}
+		kept[i] = u
+	}
+	return kept, leftOut, nil
+}
+
+func isCertManager(group string) bool {
+	return group == "cert-manager.io" || strings.HasSuffix(group, ".cert-manager.io")
+}
+
+// dropSecretVolumes removes a Deployment's volumes of the given Secrets and every mount of
+// them, and returns the names of the volumes removed.
+func dropSecretVolumes(u *unstructured.Unstructured, secrets map[string]bool) ([]string, error) {
+	d := &appsv1.Deployment{}
+	if err := fromUnstructured(u, d); err != nil {
+		return nil, err
+	}
+	pod := &d.Spec.Template.Spec
+	removed := map[string]bool{}
+	var volumes []corev1.Volume
+	for _, v := range pod.Volumes {
+		if v.Secret != nil && secrets[v.Secret.SecretName] {
+			removed[v.Name] = true
+			continue
+		}
+		volumes = append(volumes, v)
+	}
+	if len(removed) == 0 {
+		return nil, nil
+	}
+	pod.Volumes = volumes
+	for _, containers := range [][]corev1.Container{pod.InitContainers, pod.Containers} {
+		for i := range containers {
+			var mounts []corev1.VolumeMount
+			for _, m := range containers[i].VolumeMounts {
+				if !removed[m.Name] {
+					mounts = append(mounts, m)
+				}
+			}
+			containers[i].VolumeMounts = mounts
+		}
+	}
+	out, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
+	if err != nil {
+		return nil, err
+	}
+	u.Object = out
+	names := make([]string, 0, len(removed))
+	for n := range removed {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, nil
 }
 
 // cleanCRD drops what OLM owns or the cluster sets: the conversion stanza (OLM writes it

@@ -50,9 +50,10 @@ func findObject(objs []*unstructured.Unstructured, kind, name string) *unstructu
 	return nil
 }
 
-// withSecondStorageBucketVersion turns the tree's inputs into a fixture whose
-// StorageBucket CRD serves an older v1alpha1 next to v1beta1 (same schema), as it will
-// once conversion lands, with a conversion stanza as kustomize deployments carry one.
+// withSecondStorageBucketVersion makes sure the inputs' StorageBucket CRD serves v1alpha1
+// next to v1beta1 with a conversion stanza, as kustomize deployments carry one: the tree
+// has that since conversion landed; before, the fixture added a v1alpha1 copy of the
+// v1beta1 version with its own example.
 func withSecondStorageBucketVersion(t *testing.T, in *bundle.Inputs) {
 	t.Helper()
 	u := findObject(in.Manifests, "CustomResourceDefinition", "storagebuckets.phalanks.io")
@@ -62,6 +63,12 @@ func withSecondStorageBucketVersion(t *testing.T, in *bundle.Inputs) {
 	crd := &apiextensionsv1.CustomResourceDefinition{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, crd); err != nil {
 		t.Fatal(err)
+	}
+	if len(crd.Spec.Versions) > 1 {
+		if crd.Spec.Conversion == nil || crd.Spec.Conversion.Strategy != apiextensionsv1.WebhookConverter {
+			t.Fatalf("config/manifests renders the two-version StorageBucket CRD without webhook conversion: %+v", crd.Spec.Conversion)
+		}
+		return
 	}
 	old := *crd.Spec.Versions[0].DeepCopy()
 	old.Name, old.Storage = "v1alpha1", false
@@ -268,28 +275,54 @@ func TestSamplesOfOtherKindsStayOutOfTheBundle(t *testing.T) {
 	}
 }
 
-func TestCertManagerPiecesAreRefused(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		mutate func(in *bundle.Inputs)
-	}{
-		{"a Certificate", func(in *bundle.Inputs) {
-			in.Manifests = append(in.Manifests, &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": map[string]any{"name": "serving-cert"},
-			}})
-		}},
-		{"a CA injection annotation", func(in *bundle.Inputs) {
-			crd := findObject(in.Manifests, "CustomResourceDefinition", "storagebuckets.phalanks.io")
-			crd.SetAnnotations(map[string]string{"cert-manager.io/inject-ca-from": "system/serving-cert"})
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			in := treeInputs(t)
-			tc.mutate(in)
-			if _, err := bundle.Assemble(in, params); err == nil || !strings.Contains(err.Error(), "cert-manager") {
-				t.Fatalf("err = %v, want cert-manager refused", err)
-			}
-		})
+// TestCertManagerPiecesAreLeftToOLM: whatever config/default adds for cert-manager (the
+// Issuer and Certificate, the CA injection annotation, the Deployment volume of the
+// certificate's Secret and its mount) stays out of the bundle, and the generator says so.
+func TestCertManagerPiecesAreLeftToOLM(t *testing.T) {
+	in := treeInputs(t)
+	// Beyond what the tree has: a second certificate mounted into the manager.
+	in.Manifests = append(in.Manifests, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+		"metadata": map[string]any{"name": "extra-cert", "namespace": "phalanks-system"},
+		"spec":     map[string]any{"secretName": "extra-cert-secret"},
+	}})
+	dep := findObject(in.Manifests, "Deployment", "phalanks-controller-manager")
+	pod := dep.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	volumes, _ := pod["volumes"].([]any)
+	pod["volumes"] = append(volumes,
+		map[string]any{"name": "extra", "secret": map[string]any{"secretName": "extra-cert-secret"}},
+		map[string]any{"name": "scratch", "emptyDir": map[string]any{}})
+	container := pod["containers"].([]any)[0].(map[string]any)
+	mounts, _ := container["volumeMounts"].([]any)
+	container["volumeMounts"] = append(mounts,
+		map[string]any{"name": "extra", "mountPath": "/extra"},
+		map[string]any{"name": "scratch", "mountPath": "/scratch"})
+
+	b, err := bundle.Assemble(in, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := b.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if strings.Contains(strings.ToLower(string(data)), "cert-manager") {
+			t.Errorf("%s mentions cert-manager", name)
+		}
+	}
+	podSpec := b.CSV.Spec.InstallStrategy.StrategySpec.DeploymentSpecs[0].Spec.Template.Spec
+	if len(podSpec.Volumes) != 1 || podSpec.Volumes[0].Name != "scratch" {
+		t.Errorf("volumes %+v, want only the scratch volume", podSpec.Volumes)
+	}
+	if m := podSpec.Containers[0].VolumeMounts; len(m) != 1 || m[0].Name != "scratch" {
+		t.Errorf("mounts %+v, want only the scratch mount", m)
+	}
+	report := strings.Join(b.LeftOut, "\n")
+	for _, want := range []string{"Certificate extra-cert", "volume extra of Deployment"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("the generator's report does not mention %q:\n%s", want, report)
+		}
 	}
 }
 

@@ -32,8 +32,25 @@ type Env struct {
 	Poll time.Duration
 }
 
-// Test checks one behaviour; it returns its log and nil, or its log and what went wrong.
-type Test func(ctx context.Context, env *Env, log *strings.Builder) error
+// Report is what a test records besides its verdict: a log, and suggestions for findings
+// that do not fail it.
+type Report struct {
+	log         strings.Builder
+	suggestions []string
+}
+
+// Logf adds a line to the test's log.
+func (r *Report) Logf(format string, args ...any) {
+	fmt.Fprintf(&r.log, format+"\n", args...)
+}
+
+// Suggest records a finding that does not fail the test.
+func (r *Report) Suggest(format string, args ...any) {
+	r.suggestions = append(r.suggestions, fmt.Sprintf(format, args...))
+}
+
+// Test checks one behaviour and returns what went wrong, or nil.
+type Test func(ctx context.Context, env *Env, r *Report) error
 
 // Tests are the custom tests by the names the scorecard configuration runs them under.
 var Tests = map[string]Test{
@@ -61,12 +78,13 @@ func Run(ctx context.Context, name string, env *Env) scapiv1alpha3.TestStatus {
 		r.Errors = append(r.Errors, fmt.Sprintf("unknown test %q; valid tests: %s", name, strings.Join(Names(), ", ")))
 		return scapiv1alpha3.TestStatus{Results: []scapiv1alpha3.TestResult{r}}
 	}
-	var log strings.Builder
-	if err := test(ctx, env, &log); err != nil {
+	var report Report
+	if err := test(ctx, env, &report); err != nil {
 		r.State = scapiv1alpha3.FailState
 		r.Errors = append(r.Errors, err.Error())
 	}
-	r.Log = log.String()
+	r.Log = report.log.String()
+	r.Suggestions = append(r.Suggestions, report.suggestions...)
 	return scapiv1alpha3.TestStatus{Results: []scapiv1alpha3.TestResult{r}}
 }
 

@@ -99,6 +99,9 @@ func TestCustomScorecardTests(t *testing.T) {
 			default:
 				t.Logf("passed; log:\n%s", result.Log)
 			}
+			for _, s := range result.Suggestions {
+				t.Logf("suggestion: %s", s)
+			}
 		})
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 // fooCreatesDeployment: a Foo from the examples gets a Deployment of its deploymentName,
 // controlled by the Foo, with the Foo's replica count.
-func fooCreatesDeployment(ctx context.Context, env *Env, log *strings.Builder) error {
+func fooCreatesDeployment(ctx context.Context, env *Env, r *Report) error {
 	examples, err := examplesOf(env, "Foo")
 	if err != nil {
 		return err
@@ -57,7 +57,7 @@ func fooCreatesDeployment(ctx context.Context, env *Env, log *strings.Builder) e
 		if err != nil {
 			return fmt.Errorf("foo %s: %w", foo.GetName(), err)
 		}
-		fmt.Fprintf(log, "%s, after %s\n", state, time.Since(start).Round(time.Millisecond))
+		r.Logf("%s, after %s", state, time.Since(start).Round(time.Millisecond))
 	}
 	return nil
 }
@@ -75,7 +75,7 @@ func controlledBy(obj, owner *unstructured.Unstructured) bool {
 // Ready condition that is True or False (not Unknown) for its current generation. The
 // examples point at real endpoints with credentials the cluster may not have, so False
 // with a reason (say, missing credentials) is as much a verdict as True.
-func storageBucketTerminalCondition(ctx context.Context, env *Env, log *strings.Builder) error {
+func storageBucketTerminalCondition(ctx context.Context, env *Env, r *Report) error {
 	examples, err := examplesOf(env, "StorageBucket")
 	if err != nil {
 		return err
@@ -98,7 +98,7 @@ func storageBucketTerminalCondition(ctx context.Context, env *Env, log *strings.
 		if err != nil {
 			return fmt.Errorf("StorageBucket %s: %w", sb.GetName(), err)
 		}
-		fmt.Fprintf(log, "StorageBucket %s: %s, after %s\n", sb.GetName(), state, time.Since(start).Round(time.Millisecond))
+		r.Logf("StorageBucket %s: %s, after %s", sb.GetName(), state, time.Since(start).Round(time.Millisecond))
 	}
 	return nil
 }
@@ -135,7 +135,7 @@ func readyVerdict(u *unstructured.Unstructured) (bool, string, error) {
 // and written back through every other served version it still reads back unchanged in
 // its own. With one served version there is no conversion to exercise, and the log says
 // so.
-func servedVersions(ctx context.Context, env *Env, log *strings.Builder) error {
+func servedVersions(ctx context.Context, env *Env, r *Report) error {
 	examples, err := almExamples(env.Bundle)
 	if err != nil {
 		return err
@@ -154,12 +154,12 @@ func servedVersions(ctx context.Context, env *Env, log *strings.Builder) error {
 				return fmt.Errorf("the bundle's CRD %s serves %s, the cluster's serves only %v", crd.Name, v.Name, served)
 			}
 		}
-		fmt.Fprintf(log, "%s: serves %s (storage %s)\n", crd.Spec.Names.Kind, strings.Join(served, ", "), storage)
+		r.Logf("%s: serves %s (storage %s)", crd.Spec.Names.Kind, strings.Join(served, ", "), storage)
 		for _, ex := range examples {
 			if ex.GroupVersionKind().GroupKind() != (schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}) {
 				continue
 			}
-			if err := roundTrip(ctx, env, log, ex, served); err != nil {
+			if err := roundTrip(ctx, env, r, ex, served); err != nil {
 				return err
 			}
 		}
@@ -167,7 +167,7 @@ func servedVersions(ctx context.Context, env *Env, log *strings.Builder) error {
 	return nil
 }
 
-func roundTrip(ctx context.Context, env *Env, log *strings.Builder, example *unstructured.Unstructured, served []string) error {
+func roundTrip(ctx context.Context, env *Env, r *Report, example *unstructured.Unstructured, served []string) error {
 	obj := instantiate(env, example)
 	created := obj.GroupVersionKind()
 	if err := env.Client.Create(ctx, obj); err != nil {
@@ -180,9 +180,14 @@ func roundTrip(ctx context.Context, env *Env, log *strings.Builder, example *uns
 		if err != nil {
 			return err
 		}
-		if !subset(sent, got.Object["spec"]) {
+		var rewritten []string
+		if !subset(sent, got.Object["spec"], "spec", &rewritten) {
 			return fmt.Errorf("%s %s created as %s reads back with a different spec after %s:\nsent %v\ngot  %v",
 				created.Kind, obj.GetName(), created.Version, through, sent, got.Object["spec"])
+		}
+		for _, w := range rewritten {
+			r.Suggest("%s %s created as %s: after %s, %s (the same duration in other words; a client that compares text, such as a GitOps tool, sees a change)",
+				created.Kind, obj.GetName(), created.Version, through, w)
 		}
 		return nil
 	}
@@ -190,7 +195,7 @@ func roundTrip(ctx context.Context, env *Env, log *strings.Builder, example *uns
 		if err := check("a read"); err != nil {
 			return err
 		}
-		fmt.Fprintf(log, "  %s: only %s is served; created and read back as %s with its spec intact (no conversion to exercise)\n",
+		r.Logf("  %s: only %s is served; created and read back as %s with its spec intact (no conversion to exercise)",
 			obj.GetName(), created.Version, created.Version)
 		return nil
 	}
@@ -211,7 +216,7 @@ func roundTrip(ctx context.Context, env *Env, log *strings.Builder, example *uns
 		if err := check("a write as " + v); err != nil {
 			return err
 		}
-		fmt.Fprintf(log, "  %s: created as %s, read and written back as %s, read as %s with its spec intact\n",
+		r.Logf("  %s: created as %s, read and written back as %s, read as %s with its spec intact",
 			obj.GetName(), created.Version, v, created.Version)
 	}
 	return nil
@@ -262,8 +267,9 @@ func contains(list []string, s string) bool {
 }
 
 // subset reports whether every field set in want has the same value in got; got may hold
-// more (defaults the API server filled in).
-func subset(want, got any) bool {
+// more (defaults the API server filled in). Two strings that spell the same duration
+// ("60s", "1m0s") are the same value; each such rewrite is added to rewritten.
+func subset(want, got any, path string, rewritten *[]string) bool {
 	switch w := want.(type) {
 	case map[string]any:
 		g, ok := got.(map[string]any)
@@ -271,7 +277,7 @@ func subset(want, got any) bool {
 			return false
 		}
 		for k, v := range w {
-			if !subset(v, g[k]) {
+			if !subset(v, g[k], path+"."+k, rewritten) {
 				return false
 			}
 		}
@@ -282,11 +288,18 @@ func subset(want, got any) bool {
 			return false
 		}
 		for i := range w {
-			if !subset(w[i], g[i]) {
+			if !subset(w[i], g[i], fmt.Sprintf("%s[%d]", path, i), rewritten) {
 				return false
 			}
 		}
 		return true
+	case string:
+		g, ok := got.(string)
+		if ok && g != w && sameDuration(w, g) {
+			*rewritten = append(*rewritten, fmt.Sprintf("%s was written %q and reads %q", path, w, g))
+			return true
+		}
+		return ok && g == w
 	case int64, float64, int32, int:
 		w, wok := number(want)
 		g, gok := number(got)
@@ -294,6 +307,12 @@ func subset(want, got any) bool {
 	default:
 		return reflect.DeepEqual(want, got)
 	}
+}
+
+func sameDuration(a, b string) bool {
+	da, errA := time.ParseDuration(a)
+	db, errB := time.ParseDuration(b)
+	return errA == nil && errB == nil && da == db
 }
 
 func number(v any) (float64, bool) {

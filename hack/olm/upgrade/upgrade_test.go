@@ -1,12 +1,14 @@
 package upgrade_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	apimanifests "github.com/operator-framework/api/pkg/manifests"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
@@ -93,6 +96,8 @@ func TestUpgradeFromThePreviousRelease(t *testing.T) {
 	if err := crds.Install(ctx, env.Client, prevCRDs, op.Webhook); err != nil {
 		t.Fatal(err)
 	}
+	// The operator built from this tree stands in for the previous release's (and serves
+	// conversion if the previous CRDs need it); it restarts after the upgrade.
 	op.Start(ctx, t, env, current.CSV)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "upgrade"}}
 	if err := env.Client.Create(ctx, ns); err != nil {
@@ -133,9 +138,11 @@ func TestUpgradeFromThePreviousRelease(t *testing.T) {
 		t.FailNow()
 	}
 
+	// OLM applies the new CRDs, then rolls out the new release's Deployment.
 	if err := crds.Install(ctx, env.Client, current.V1CRDs, op.Webhook); err != nil {
 		t.Fatalf("apply the new CRDs: %v", err)
 	}
+	op.Restart(t)
 	for _, next := range current.V1CRDs {
 		live := &apiextensionsv1.CustomResourceDefinition{}
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: next.Name}, live); err != nil {
@@ -143,6 +150,21 @@ func TestUpgradeFromThePreviousRelease(t *testing.T) {
 		}
 		if err := upgrade.StoredVersionsKept(live, next); err != nil {
 			t.Errorf("after the upgrade: %v", err)
+		}
+		// The operator migrates objects stored in an older version to the storage version
+		// and then lists only that one (docs/api-versions.md), so a later release may stop
+		// serving the old version.
+		storage := storageVersion(next)
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			if err := env.Client.Get(ctx, client.ObjectKey{Name: next.Name}, live); err != nil {
+				return false, nil //nolint:nilerr // keep polling through transient errors
+			}
+			return slices.Equal(live.Status.StoredVersions, []string{storage}), nil
+		})
+		if err != nil {
+			t.Errorf("%s: status.storedVersions is %v, not [%s], three minutes after the upgrade: the storage migration did not finish", next.Name, live.Status.StoredVersions, storage)
+		} else {
+			t.Logf("%s: status.storedVersions is [%s] after the upgrade", next.Name, storage)
 		}
 		for _, obj := range created {
 			if obj.GroupVersionKind().Group != next.Spec.Group || obj.GetKind() != next.Spec.Names.Kind {
@@ -233,4 +255,13 @@ func requiringNewField(crd *apiextensionsv1.CustomResourceDefinition) *apiextens
 		props["spec"] = spec
 	}
 	return out
+}
+
+func storageVersion(crd *apiextensionsv1.CustomResourceDefinition) string {
+	for _, v := range crd.Spec.Versions {
+		if v.Storage {
+			return v.Name
+		}
+	}
+	return ""
 }

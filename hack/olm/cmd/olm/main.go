@@ -76,7 +76,18 @@ func runBundle(ctx context.Context, root string, args []string) error {
 	if err != nil {
 		return err
 	}
-	files, err := bundle.Generate(ctx, root, kustomize, p)
+	in, err := bundle.ReadInputs(ctx, root, kustomize)
+	if err != nil {
+		return err
+	}
+	b, err := bundle.Assemble(in, p)
+	if err != nil {
+		return err
+	}
+	for _, l := range b.LeftOut {
+		fmt.Printf("olm: left to OLM: %s\n", l)
+	}
+	files, err := b.Files()
 	if err != nil {
 		return err
 	}
@@ -89,14 +100,15 @@ func runBundle(ctx context.Context, root string, args []string) error {
 
 func runCatalog(ctx context.Context, root string, args []string) error {
 	fs := flag.NewFlagSet("catalog", flag.ContinueOnError)
-	image := fs.String("bundle-image", "", "Image reference of the bundle image built from bundle/.")
+	image := fs.String("bundle-image", "", "Image reference of the bundle image built from the bundle directory.")
+	dir := fs.String("bundle", filepath.Join(root, bundle.Dir), "Bundle directory to add.")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *image == "" {
 		return errors.New("catalog: --bundle-image is required")
 	}
-	bundleDir := filepath.Join(root, bundle.Dir)
+	bundleDir := *dir
 	b, err := catalog.RenderBundle(ctx, bundleDir, *image)
 	if err != nil {
 		return err
@@ -113,21 +125,21 @@ func runCatalog(ctx context.Context, root string, args []string) error {
 		}
 		icon = &declcfg.Icon{Data: data, MediaType: csv.CSV.Spec.Icon[0].MediaType}
 	}
-	dir := catalog.PackageDir(root)
-	cfg, err := catalog.Load(ctx, dir)
+	pkgDir := catalog.PackageDir(root)
+	cfg, err := catalog.Load(ctx, pkgDir)
 	if err != nil {
 		return err
 	}
 	if err := catalog.AddHead(cfg, b, icon, csv.CSV.GetAnnotations()["description"]); err != nil {
 		return err
 	}
-	if err := catalog.Write(dir, cfg); err != nil {
+	if err := catalog.Write(pkgDir, cfg); err != nil {
 		return err
 	}
 	if err := catalog.Validate(ctx, filepath.Join(root, catalog.Dir)); err != nil {
 		return fmt.Errorf("the updated catalog does not validate: %w", err)
 	}
-	fmt.Printf("olm: %s is the head of channel %s in %s\n", b.Name, bundle.Channel, dir)
+	fmt.Printf("olm: %s is the head of channel %s in %s\n", b.Name, bundle.Channel, pkgDir)
 	return nil
 }
 

@@ -172,15 +172,30 @@ func (o *Operator) Start(ctx context.Context, t testing.TB, env *envtest.Env, cs
 		"--leader-elect-namespace="+Namespace,
 		"--zap-log-level=debug",
 	)...)
-	if err := o.proc.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		_ = o.proc.Stop(30 * time.Second)
 		if t.Failed() {
 			t.Logf("manager log %s:\n%s", o.LogPath, process.Tail(o.LogPath, 80))
 		}
 	})
+	o.run(t)
+}
+
+// Restart stops the manager and starts it again with the same arguments, as new pods of
+// an upgraded Deployment would.
+func (o *Operator) Restart(t testing.TB) {
+	t.Helper()
+	if err := o.proc.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	o.run(t)
+}
+
+func (o *Operator) run(t testing.TB) {
+	t.Helper()
+	if err := o.proc.Start(); err != nil {
+		t.Fatal(err)
+	}
 	ready := fmt.Sprintf("http://%s/readyz", process.HostPort(o.healthPort))
 	if err := process.WaitFor(o.proc, 2*time.Minute, func() error { return get(ready, nil) }); err != nil {
 		t.Fatal(err)
