@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -79,6 +80,24 @@ var kubelet *olm.Kubelet
 var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered, func() {
 	var catalogServer *olm.CatalogServer
 
+	// Each manager runs with exactly the RBAC OLM created from the CSV's permissions; a
+	// request they do not allow shows in its log.
+	AfterEach(func() {
+		logs, err := filepath.Glob(filepath.Join(logDir(), "manager-*.log"))
+		Expect(err).NotTo(HaveOccurred())
+		for _, l := range logs {
+			data, err := os.ReadFile(l)
+			Expect(err).NotTo(HaveOccurred())
+			var denied []string
+			for line := range strings.Lines(string(data)) {
+				if strings.Contains(line, "is forbidden") {
+					denied = append(denied, line)
+				}
+			}
+			Expect(denied).To(BeEmpty(), "manager log %s: requests the bundle's RBAC does not allow", l)
+		}
+	})
+
 	It("lists the package in packagemanifests with its channel and current CSV", func() {
 		var err error
 		catalogServer, err = olm.ServeCatalog(previousCatalog, filepath.Join(dir, "opm-previous"), logDir(), "opm-previous")
@@ -104,9 +123,13 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 	It("installs through an AllNamespaces OperatorGroup and a Subscription: InstallPlan, CSV Succeeded, CRDs with webhook conversion", func() {
 		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNamespace}})).To(Succeed())
 		// No targetNamespaces and no selector: the AllNamespaces install mode.
-		Expect(k8s.Create(ctx, &operatorsv1.OperatorGroup{
-			ObjectMeta: metav1.ObjectMeta{Name: "phalanks-operator", Namespace: installNamespace},
-		})).To(Succeed())
+		og := &operatorsv1.OperatorGroup{ObjectMeta: metav1.ObjectMeta{Name: "phalanks-operator", Namespace: installNamespace}}
+		Expect(k8s.Create(ctx, og)).To(Succeed())
+		Eventually(func(g Gomega) {
+			alive()
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(og), og)).To(Succeed())
+			g.Expect(og.Status.Namespaces).To(Equal([]string{metav1.NamespaceAll}), "OperatorGroup %s/%s targets every namespace", installNamespace, og.Name)
+		}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 		Expect(k8s.Create(ctx, subscription())).To(Succeed())
 
 		expectInstalled(previous)
@@ -253,8 +276,16 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 
 	It("uninstalls, deleting the Subscription and the CSV, and leaves the users' objects and data intact", func() {
 		beforeUninstall = snapshot()
-		Expect(k8s.Delete(ctx, &operatorsv1alpha1.Subscription{ObjectMeta: metav1.ObjectMeta{Name: bundle.PackageName, Namespace: installNamespace}})).To(Succeed())
-		Expect(k8s.Delete(ctx, &operatorsv1alpha1.ClusterServiceVersion{ObjectMeta: metav1.ObjectMeta{Name: current.CSVName(), Namespace: installNamespace}})).To(Succeed())
+		By("running the commands docs/olm.md gives")
+		for _, args := range uninstallCommands {
+			Expect(docsOLM()).To(ContainSubstring("kubectl "+strings.Join(args, " ")), "docs/olm.md gives the command")
+			Expect(kubectl(args...)).To(ContainSubstring("deleted"))
+		}
+		Eventually(func(g Gomega) {
+			csv := &operatorsv1alpha1.ClusterServiceVersion{}
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: current.CSVName()}, csv)
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "CSV %s/%s: phase %s", installNamespace, current.CSVName(), csv.Status.Phase)
+		}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 
 		By("removing the operator's Deployment with its CSV")
 		depName := deploymentName(current)
@@ -284,31 +315,27 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 			Expect(getObject(b, "user-data.txt")).To(Equal("written before the operator was installed"))
 		}
 
-		By("serving v1alpha1 unconverted, as documented: the stored v1beta1 data without the fields only v1alpha1 has")
+		By("serving v1alpha1 unconverted: the stored v1beta1 data without the fields only v1alpha1 has")
 		alpha := &phalanksv1alpha1.StorageBucket{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: "created-as-v1alpha1"}, alpha)).To(Succeed())
 		Expect(alpha.Spec.Endpoint).To(Equal("http://"+s3.Endpoint), "the v1beta1 URL, not converted to host:port")
 		Expect(alpha.Spec.SecretName).To(BeEmpty(), "v1beta1 keeps it in credentialsSecretRef")
+
+		// That view is wrong, and a write through it would lose what v1alpha1 cannot
+		// express; it also makes OLM refuse a later install (see the next spec).
+		By("stopping to serve v1alpha1 with the command docs/olm.md gives for after an uninstall")
+		Expect(docsOLM()).To(ContainSubstring(stopServingV1alpha1), "docs/olm.md gives the patch")
+		kubectl("patch", "crd", storageBucketCRD, "--type=json", "--patch="+stopServingV1alpha1)
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: "created-as-v1alpha1"}, &phalanksv1alpha1.StorageBucket{})
+		Expect(err).To(Satisfy(apierrors.IsNotFound), "v1alpha1 is no longer served")
+		Expect(snapshotWithout("v1alpha1")).To(Equal(withoutVersion(beforeUninstall, "v1alpha1")))
 	})
 
+	// Before it replaces a CRD, OLM validates every existing object, listed in each version
+	// the cluster's CRD serves, against the new schema of that version. Had v1alpha1 stayed
+	// served without conversion, it would list the stored v1beta1 data, which fails the
+	// v1alpha1 schema, and the InstallPlan with it. The bundle's CRD serves v1alpha1 again.
 	It("installs again over the kept CRDs and objects, and every object reads as before in both versions", func() {
-		// Before it replaces a CRD, OLM validates every existing object, listed in each
-		// served version, against the new schema. With conversion off, v1alpha1 lists the
-		// stored v1beta1 data unconverted, which fails the v1alpha1 schema and the
-		// InstallPlan with it. docs/olm.md has users stop serving v1alpha1 until the
-		// operator is back; the bundle's CRD serves it again.
-		By("stopping to serve v1alpha1 until the reinstall, as documented")
-		Eventually(func(g Gomega) {
-			crd := &apiextensionsv1.CustomResourceDefinition{}
-			g.Expect(k8s.Get(ctx, client.ObjectKey{Name: storageBucketCRD}, crd)).To(Succeed())
-			for i := range crd.Spec.Versions {
-				if crd.Spec.Versions[i].Name == "v1alpha1" {
-					crd.Spec.Versions[i].Served = false
-				}
-			}
-			g.Expect(k8s.Update(ctx, crd)).To(Succeed())
-		}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed())
-
 		Expect(k8s.Create(ctx, subscription())).To(Succeed())
 		expectInstalled(current)
 		expectPodOf(current)
@@ -316,6 +343,27 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 			WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
 	})
 })
+
+// uninstallCommands are the kubectl commands docs/olm.md gives to uninstall: delete the
+// Subscription and the CSV (found by the label OLM puts on the operator's objects).
+var uninstallCommands = [][]string{
+	{"delete", "subscription", bundle.PackageName, "-n", installNamespace},
+	{"delete", "csv", "-n", installNamespace, "-l", "operators.coreos.com/" + bundle.PackageName + "." + installNamespace},
+}
+
+// stopServingV1alpha1 is the JSON patch docs/olm.md gives for after an uninstall: it
+// stops serving v1alpha1 on the StorageBucket CRD, and checks that it patches v1alpha1.
+const stopServingV1alpha1 = `[{"op":"test","path":"/spec/versions/0/name","value":"v1alpha1"},` +
+	`{"op":"replace","path":"/spec/versions/0/served","value":false}]`
+
+func docsOLM() string {
+	GinkgoHelper()
+	root, err := tools.RepoRoot()
+	check(err)
+	data, err := os.ReadFile(filepath.Join(root, "docs", "olm.md"))
+	check(err)
+	return string(data)
+}
 
 // subscription subscribes to the stable channel of our package in our catalog, with
 // automatic approval.

@@ -78,10 +78,9 @@ type Kubelet struct {
 	namespace, deployment string
 	dir, logDir           string
 
-	mu   sync.Mutex
-	pod  *Pod
-	runs int
-	err  error
+	mu  sync.Mutex
+	pod *Pod
+	err error
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -147,14 +146,17 @@ func (k *Kubelet) sync(ctx context.Context) error {
 		return k.stopPod()
 	}
 	if err != nil {
-		return nil //nolint:nilerr // the API server may be busy; look again next tick
+		// The API server may be busy: look again next tick.
+		return nil
 	}
 	pod := k.Pod()
 	if pod != nil && pod.Deployment == dep.UID && pod.Generation == dep.Generation {
 		if err := pod.proc.FailedEarly(); err != nil {
 			return err
 		}
-		return k.refreshCertificate(ctx, pod)
+		// A rotated Secret reaches the pod's files, as a projected volume's does.
+		_, err := k.writeCertificate(ctx, pod)
+		return err
 	}
 	if err := k.stopPod(); err != nil {
 		return err
@@ -214,10 +216,9 @@ func (k *Kubelet) startPod(ctx context.Context, dep *appsv1.Deployment) (*Pod, e
 		return nil, fmt.Errorf("service %s/%s has %d ports, want 1", svc.Namespace, svc.Name, len(svc.Spec.Ports))
 	}
 
-	k.mu.Lock()
-	k.runs++
-	dir := filepath.Join(k.dir, fmt.Sprintf("pod-%d", k.runs))
-	k.mu.Unlock()
+	// One directory and log per pod template, as a pod name would tell them apart.
+	podName := fmt.Sprintf("%s-%.8s-%d", dep.Name, dep.UID, dep.Generation)
+	dir := filepath.Join(k.dir, podName)
 	pod.certDir = filepath.Join(dir, "serving-certs")
 	if ok, err := k.writeCertificate(ctx, pod); !ok || err != nil {
 		return nil, err
@@ -254,7 +255,7 @@ func (k *Kubelet) startPod(ctx context.Context, dep *appsv1.Deployment) (*Pod, e
 	if err != nil {
 		return nil, err
 	}
-	pod.proc = &process.Process{Name: "manager", Path: bin, Args: pod.Args, LogPath: filepath.Join(k.logDir, fmt.Sprintf("manager-%d.log", k.runs))}
+	pod.proc = &process.Process{Name: "manager", Path: bin, Args: pod.Args, LogPath: filepath.Join(k.logDir, "manager-"+podName+".log")}
 	if err := pod.proc.Start(); err != nil {
 		return nil, err
 	}
@@ -290,12 +291,6 @@ func (k *Kubelet) writeCertificate(ctx context.Context, pod *Pod) (bool, error) 
 		}
 	}
 	return true, nil
-}
-
-// refreshCertificate follows a rotated Secret, as a projected volume does.
-func (k *Kubelet) refreshCertificate(ctx context.Context, pod *Pod) error {
-	_, err := k.writeCertificate(ctx, pod)
-	return err
 }
 
 // managerBinary returns bin/manager, built by `make build` from this tree.
