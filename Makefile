@@ -112,7 +112,7 @@ test-olm: build tools-runtime tools-olm tools-gen ## Install, upgrade and uninst
 # and reports ratios, and two at once would share the two cores.
 BENCH ?= .
 .PHONY: bench
-bench: build tools-runtime ## Run the scenario benchmarks under test/bench (BENCH=regexp selects).
+bench: build tools-runtime tools-peers ## Run the scenario benchmarks under test/bench (BENCH=regexp selects).
 	go test -p 1 -count=1 -run '^$$' -bench '$(BENCH)' -benchtime=1x -timeout=80m ./test/bench/...
 
 ##@ Build
@@ -198,7 +198,7 @@ scorecard: bundle tools-runtime ## Run the built-in scorecard checks on bundle/,
 tools: ## Build every pinned tool into the per-machine cache (hack/tools/build.sh).
 	hack/tools/build.sh
 
-.PHONY: tools-gen tools-lint tools-runtime tools-olm
+.PHONY: tools-gen tools-lint tools-runtime tools-olm tools-peers
 tools-gen:
 	@hack/tools/build.sh gen
 tools-lint:
@@ -207,3 +207,5 @@ tools-runtime:
 	@hack/tools/build.sh kube kwok minio
 tools-olm: ## Build OLM (olm, catalog, package-server) and opm for the OLM end-to-end test.
 	@hack/tools/build.sh olm opm
+tools-peers: ## Build the benchmark peers (sample-controller).
+	@hack/tools/build.sh peers

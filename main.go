@@ -14,6 +14,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -24,7 +25,9 @@ import (
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/controllers/foo"
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
+	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
 	"github.com/phalanks/phalanks-operator/internal/storagemigration"
 	"github.com/phalanks/phalanks-operator/internal/webhooks"
 )
@@ -50,7 +53,12 @@ type config struct {
 	retryPeriod          time.Duration
 	shutdownTimeout      time.Duration
 
-	scaling scaling.Options
+	kubeAPIQPS   float64
+	kubeAPIBurst int
+
+	scaling       scaling.Options
+	foo           foo.Options
+	storageBucket storagebucket.Options
 
 	zap zap.Options
 }
@@ -84,6 +92,12 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second,
 		"How long to wait for running reconciles and probes on SIGTERM.")
 	c.scaling.BindFlags(fs)
+	fs.Float64Var(&c.kubeAPIQPS, "kube-api-qps", 0,
+		"Client-side limit of requests per second to the API server; 0 leaves it off and relies on API Priority and Fairness.")
+	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 0,
+		"Burst above --kube-api-qps; 0 means client-go's default (10).")
+	c.foo.BindFlags(fs)
+	c.storageBucket.BindFlags(fs)
 	ctrlconfig.RegisterFlags(fs)
 	c.zap = zap.Options{}
 	c.zap.BindFlags(fs)
@@ -126,6 +140,9 @@ func run(args []string) error {
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	if cfg.kubeAPIQPS > 0 {
+		restCfg.QPS, restCfg.Burst = float32(cfg.kubeAPIQPS), cfg.kubeAPIBurst
 	}
 	mgr, err := ctrl.NewManager(restCfg, managerOptions(cfg))
 	if err != nil {
@@ -181,6 +198,8 @@ func managerOptions(cfg config) manager.Options {
 		RenewDeadline:                 &cfg.renewDeadline,
 		RetryPeriod:                   &cfg.retryPeriod,
 		GracefulShutdownTimeout:       &cfg.shutdownTimeout,
+		// Nothing reads managedFields from the cache; dropping them saves memory and copies.
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 	}
 }
 
@@ -189,8 +208,14 @@ func managerOptions(cfg config) manager.Options {
 
 // setupReconcilers registers each controller through its own setup function.
 func setupReconcilers(mgr manager.Manager, cfg config) error {
+	if err := storagebucket.SetupWithManager(mgr, cfg.storageBucket); err != nil {
+		return fmt.Errorf("set up storagebucket controller: %w", err)
+	}
 	if err := scaling.SetupWithManager(mgr, cfg.scaling); err != nil {
 		return fmt.Errorf("set up scheduled scaling: %w", err)
+	}
+	if err := foo.SetupWithManager(mgr, cfg.foo); err != nil {
+		return fmt.Errorf("set up foo controller: %w", err)
 	}
 	return nil
 }

@@ -42,7 +42,9 @@ type FooStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Ready is True when the Deployment is synced and Available.
+	// conditions holds Ready: True when the Deployment exists, is controlled by this Foo,
+	// has its replicas and image and reports Available; otherwise False with the reason
+	// of the first of those that fails (ErrResourceExists, InvalidSpec, Unavailable).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -58,6 +60,7 @@ type FooStatus struct {
 // +kubebuilder:printcolumn:name="Deployment",type=string,JSONPath=`.spec.deploymentName`
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +operator-sdk:csv:customresourcedefinitions:displayName="Foo",resources={{Deployment,v1,""}}
 type Foo struct {

@@ -23,9 +23,7 @@ const ConversionDataAnnotation = "phalanks.io/conversion-data"
 // Defaults a v1alpha1 object gets for the v1beta1 fields it cannot express, matching the
 // v1beta1 schema defaults.
 const (
-	defaultProbeTimeout = 5 * time.Second
-	credentialsKeyID    = "AWS_ACCESS_KEY_ID"     //nolint:gosec // G101: a Secret key name, not a credential
-	credentialsSecret   = "AWS_SECRET_ACCESS_KEY" //nolint:gosec // G101: a Secret key name, not a credential
+	defaultProbeTimeout = phalanksv1beta1.DefaultProbeTimeout
 	schemeHTTP          = "http://"
 	schemeHTTPS         = "https://"
 	reasonHealthy       = "Healthy"
@@ -118,7 +116,7 @@ func plausibleHubSpec(s phalanksv1beta1.StorageBucketSpec) bool {
 		return false
 	case s.DeletionPolicy == phalanksv1beta1.DeletionDelete && s.ManagementPolicy != phalanksv1beta1.ManagementManage:
 		return false
-	case hc.Timeout.Duration < 0 || (hc.Interval.Duration > 0 && hc.Timeout.Duration >= hc.Interval.Duration):
+	case hc.TimeoutDuration() < 0 || (hc.IntervalDuration() > 0 && hc.TimeoutDuration() >= hc.IntervalDuration()):
 		return false
 	case s.CABundle != nil && (s.CABundle.ConfigMapKeyRef == nil) == (s.CABundle.SecretKeyRef == nil):
 		return false
@@ -140,8 +138,8 @@ func specToHub(in StorageBucketSpec) phalanksv1beta1.StorageBucketSpec {
 		Region:            in.Region,
 		AddressingStyle:   phalanksv1beta1.AddressingAuto,
 		HealthCheck: phalanksv1beta1.HealthCheck{
-			Interval: metav1.Duration{Duration: interval},
-			Timeout:  metav1.Duration{Duration: timeoutFor(interval)},
+			Interval: &metav1.Duration{Duration: interval},
+			Timeout:  &metav1.Duration{Duration: timeoutFor(interval)},
 			Depth:    phalanksv1beta1.ProbeHeadBucket,
 		},
 		ManagementPolicy: phalanksv1beta1.ManagementObserve,
@@ -150,7 +148,7 @@ func specToHub(in StorageBucketSpec) phalanksv1beta1.StorageBucketSpec {
 	}
 	if in.SecretName != "" {
 		out.CredentialsSecretRef = &phalanksv1beta1.CredentialsSecretReference{
-			Name: in.SecretName, AccessKeyIDKey: credentialsKeyID, SecretAccessKeyKey: credentialsSecret,
+			Name: in.SecretName, AccessKeyIDKey: phalanksv1beta1.DefaultAccessKeyIDKey, SecretAccessKeyKey: phalanksv1beta1.DefaultSecretAccessKeyKey,
 		}
 	}
 	return out
@@ -172,7 +170,7 @@ func specFromHub(in phalanksv1beta1.StorageBucketSpec) StorageBucketSpec {
 		BucketName:      in.BucketName,
 		Region:          in.Region,
 		Insecure:        insecure,
-		IntervalSeconds: seconds(in.HealthCheck.Interval.Duration),
+		IntervalSeconds: seconds(in.HealthCheck.IntervalDuration()),
 	}
 	if in.CredentialsSecretRef != nil {
 		out.SecretName = in.CredentialsSecretRef.Name
@@ -216,11 +214,11 @@ func restoreSpec(derived phalanksv1beta1.StorageBucketSpec, spoke StorageBucketS
 	if savedHost, savedInsecure := splitEndpoint(saved.Endpoint, saved.InsecureAllowHTTP); savedHost == spoke.Endpoint && savedInsecure == spoke.Insecure {
 		out.Endpoint = saved.Endpoint
 	}
-	if seconds(saved.HealthCheck.Interval.Duration) == spoke.IntervalSeconds {
-		out.HealthCheck.Interval = saved.HealthCheck.Interval
+	if seconds(saved.HealthCheck.IntervalDuration()) == spoke.IntervalSeconds {
+		out.HealthCheck.Interval = saved.HealthCheck.Interval.DeepCopy()
 	}
-	if t := saved.HealthCheck.Timeout.Duration; t > 0 && t < out.HealthCheck.Interval.Duration {
-		out.HealthCheck.Timeout = saved.HealthCheck.Timeout
+	if t := saved.HealthCheck.TimeoutDuration(); t > 0 && t < out.HealthCheck.IntervalDuration() {
+		out.HealthCheck.Timeout = saved.HealthCheck.Timeout.DeepCopy()
 	}
 	if saved.CABundle != nil && !spoke.Insecure {
 		out.CABundle = saved.CABundle.DeepCopy()

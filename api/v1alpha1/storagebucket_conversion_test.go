@@ -57,7 +57,9 @@ func configure(f *randfill.Filler) *randfill.Filler {
 			}
 			s.NonEmptyStrategy = phalanksv1beta1.NonEmptyStrategy(pick(c, "", "Fail", "DeleteIfEmpty", "ForceEmpty"))
 			s.HealthCheck.Depth = phalanksv1beta1.ProbeDepth(pick(c, "", "Connect", "HeadBucket", "List", "ReadWrite"))
-			s.HealthCheck.Timeout.Duration = s.HealthCheck.Interval.Duration / time.Duration(2+c.Intn(10))
+			if s.HealthCheck.Timeout != nil {
+				s.HealthCheck.Timeout.Duration = s.HealthCheck.IntervalDuration() / time.Duration(2+c.Intn(10))
+			}
 			if s.CABundle != nil {
 				ref := &phalanksv1beta1.KeyReference{Name: c.String(10), Key: c.String(5)}
 				s.CABundle = &phalanksv1beta1.CABundleSource{}
@@ -160,7 +162,7 @@ func hubWithEverything() *phalanksv1beta1.StorageBucket {
 				Name: "creds", AccessKeyIDKey: "id", SecretAccessKeyKey: "secret",
 			},
 			CABundle:         &phalanksv1beta1.CABundleSource{ConfigMapKeyRef: &phalanksv1beta1.KeyReference{Name: "ca", Key: "ca.pem"}},
-			HealthCheck:      phalanksv1beta1.HealthCheck{Interval: metav1.Duration{Duration: 90 * time.Second}, Timeout: metav1.Duration{Duration: 7 * time.Second}, Depth: phalanksv1beta1.ProbeReadWrite},
+			HealthCheck:      phalanksv1beta1.HealthCheck{Interval: &metav1.Duration{Duration: 90 * time.Second}, Timeout: &metav1.Duration{Duration: 7 * time.Second}, Depth: phalanksv1beta1.ProbeReadWrite},
 			ManagementPolicy: phalanksv1beta1.ManagementManage,
 			DeletionPolicy:   phalanksv1beta1.DeletionDelete,
 			NonEmptyStrategy: phalanksv1beta1.NonEmptyForceEmpty,
@@ -186,7 +188,7 @@ func TestV1alpha1Edits(t *testing.T) {
 		"a new interval replaces the saved one and keeps a timeout that still fits": {
 			edit: func(s *phalanksv1alpha1.StorageBucket) { s.Spec.IntervalSeconds = 30 },
 			check: func(t *testing.T, got phalanksv1beta1.StorageBucketSpec) {
-				if got.HealthCheck.Interval.Duration != 30*time.Second || got.HealthCheck.Timeout.Duration != 7*time.Second {
+				if got.HealthCheck.IntervalDuration() != 30*time.Second || got.HealthCheck.TimeoutDuration() != 7*time.Second {
 					t.Errorf("healthCheck = %+v, want interval 30s, timeout 7s", got.HealthCheck)
 				}
 			},
@@ -194,7 +196,7 @@ func TestV1alpha1Edits(t *testing.T) {
 		"a saved timeout that no longer fits the interval falls back below it": {
 			edit: func(s *phalanksv1alpha1.StorageBucket) { s.Spec.IntervalSeconds = 6 },
 			check: func(t *testing.T, got phalanksv1beta1.StorageBucketSpec) {
-				if got.HealthCheck.Timeout.Duration >= got.HealthCheck.Interval.Duration {
+				if got.HealthCheck.TimeoutDuration() >= got.HealthCheck.IntervalDuration() {
 					t.Errorf("timeout %s is not shorter than interval %s", got.HealthCheck.Timeout, got.HealthCheck.Interval)
 				}
 			},

@@ -1,7 +1,31 @@
 package v1beta1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Names the operator sets on StorageBuckets and on the buckets it manages.
+const (
+	// AnnotationAdopt on a StorageBucket under managementPolicy Manage lets the operator
+	// take over an existing bucket: "true" adopts a bucket that carries no ownership tag,
+	// and a StorageBucket UID adopts a bucket whose ownership tag names that UID (the
+	// bucket of a deleted StorageBucket whose deletionPolicy was Retain). Without it an
+	// existing bucket that is not tagged with this StorageBucket's UID is never changed.
+	AnnotationAdopt = "phalanks.io/adopt"
+
+	// OwnerTagKey is the bucket tag whose value is the UID of the StorageBucket that
+	// manages the bucket.
+	OwnerTagKey = "phalanks.io/storagebucket-uid"
+
+	// FinalizerBucketDeletion holds a StorageBucket with deletionPolicy Delete until its
+	// bucket is deleted (or the nonEmptyStrategy releases it).
+	FinalizerBucketDeletion = "phalanks.io/bucket-deletion"
+
+	// CanaryPrefix is the key prefix under which the ReadWrite probe writes its canary
+	// object, followed by the StorageBucket UID.
+	CanaryPrefix = ".phalanks-probe/"
 )
 
 // AddressingStyle selects how requests name the bucket.
@@ -99,6 +123,25 @@ type CredentialsSecretReference struct {
 	SecretAccessKeyKey string `json:"secretAccessKeyKey,omitempty"`
 }
 
+// Default key names in the credentials Secret, as the AWS tools name them.
+const (
+	DefaultAccessKeyIDKey     = "AWS_ACCESS_KEY_ID"
+	DefaultSecretAccessKeyKey = "AWS_SECRET_ACCESS_KEY" //nolint:gosec // G101: a key name, not a credential
+)
+
+// Keys returns the Secret keys of the access key ID and the secret access key, with
+// the defaults for unset ones.
+func (r CredentialsSecretReference) Keys() (accessKeyID, secretAccessKey string) {
+	accessKeyID, secretAccessKey = r.AccessKeyIDKey, r.SecretAccessKeyKey
+	if accessKeyID == "" {
+		accessKeyID = DefaultAccessKeyIDKey
+	}
+	if secretAccessKey == "" {
+		secretAccessKey = DefaultSecretAccessKeyKey
+	}
+	return accessKeyID, secretAccessKey
+}
+
 // KeyReference names one key of a ConfigMap or Secret in the StorageBucket's namespace.
 type KeyReference struct {
 	// name of the ConfigMap or Secret.
@@ -130,27 +173,35 @@ type CABundleSource struct {
 
 // HealthCheck configures the periodic probe.
 // +kubebuilder:validation:XValidation:rule="duration(self.interval) >= duration('5s')",message="healthCheck.interval must be at least 5s"
+// +kubebuilder:validation:XValidation:rule="duration(self.interval) <= duration('24h')",message="healthCheck.interval must be at most 24h"
 // +kubebuilder:validation:XValidation:rule="duration(self.timeout) < duration(self.interval)",message="healthCheck.timeout must be shorter than healthCheck.interval"
 // +kubebuilder:validation:XValidation:rule="duration(self.timeout) >= duration('100ms')",message="healthCheck.timeout must be at least 100ms"
 type HealthCheck struct {
-	// interval between two probes of this bucket, for example 30s or 5m. At least 5s.
+	// interval between two probes of this bucket, for example 30s or 5m; at least 5s and
+	// at most 24h. Each bucket probes at its own fixed phase within the interval, so many
+	// buckets with the same interval spread evenly over it.
 	// +optional
 	// +kubebuilder:default="60s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Probe interval",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
-	Interval metav1.Duration `json:"interval,omitempty"`
+	Interval *metav1.Duration `json:"interval,omitempty"`
 
-	// timeout of one probe, shorter than the interval.
+	// timeout of one probe, at least 100ms and shorter than the interval. A probe that
+	// takes longer fails with reason Timeout.
 	// +optional
 	// +kubebuilder:default="5s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
-	Timeout metav1.Duration `json:"timeout,omitempty"`
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Probe timeout",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
-	// depth of the probe: Connect, HeadBucket (default), List or ReadWrite.
+	// depth of the probe: Connect (TCP and TLS handshake), HeadBucket (default), List
+	// (ListObjectsV2 with max-keys=1) or ReadWrite (put, get, compare and delete a canary
+	// object under ".phalanks-probe/"; needs write permission). Under managementPolicy
+	// Manage a ReadWrite probe writes only into a bucket the StorageBucket owns.
 	// +optional
 	// +kubebuilder:default=HeadBucket
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Probe depth",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Connect","urn:alm:descriptor:com.tectonic.ui:select:HeadBucket","urn:alm:descriptor:com.tectonic.ui:select:List","urn:alm:descriptor:com.tectonic.ui:select:ReadWrite"}
@@ -191,6 +242,7 @@ type StorageBucketSpec struct {
 	// insecureAllowHTTP allows an http:// endpoint. Credentials and data then cross the
 	// network unencrypted; use it only for test servers.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Allow plain HTTP",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:booleanSwitch"}
 	InsecureAllowHTTP bool `json:"insecureAllowHTTP,omitempty"`
 
 	// region of the bucket, used to sign requests and to create the bucket.
@@ -202,9 +254,11 @@ type StorageBucketSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Region",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
 	Region string `json:"region,omitempty"`
 
-	// addressingStyle: Path, VirtualHost, or Auto (default) to let the client choose.
+	// addressingStyle: Path, VirtualHost, or Auto (default): virtual-host style for
+	// endpoints known to support it (AWS, Google Cloud Storage), path style elsewhere.
 	// +optional
 	// +kubebuilder:default=Auto
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Addressing style",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Auto","urn:alm:descriptor:com.tectonic.ui:select:Path","urn:alm:descriptor:com.tectonic.ui:select:VirtualHost"}
 	AddressingStyle AddressingStyle `json:"addressingStyle,omitempty"`
 
 	// credentialsSecretRef names the Secret holding the access key pair. Without it,
@@ -216,6 +270,7 @@ type StorageBucketSpec struct {
 	// caBundle trusts a private CA for the endpoint's certificate. TLS is always
 	// verified; without a caBundle the system roots are used.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="CA bundle"
 	CABundle *CABundleSource `json:"caBundle,omitempty"`
 
 	// healthCheck configures the periodic probe.
@@ -225,7 +280,10 @@ type StorageBucketSpec struct {
 	HealthCheck HealthCheck `json:"healthCheck,omitempty"`
 
 	// managementPolicy: Observe (default) never changes the bucket; Manage creates it
-	// when it is missing and marks it as owned by this StorageBucket.
+	// in region when it is missing and tags it with this StorageBucket's UID (tag
+	// phalanks.io/storagebucket-uid). An existing bucket without that tag is never
+	// changed (condition Managed=False, reason ErrResourceExists) unless the
+	// phalanks.io/adopt annotation asks for it.
 	// +optional
 	// +kubebuilder:default=Observe
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Management policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Observe","urn:alm:descriptor:com.tectonic.ui:select:Manage"}
@@ -239,33 +297,42 @@ type StorageBucketSpec struct {
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
 
 	// nonEmptyStrategy applies when deletionPolicy is Delete and the bucket still holds
-	// objects: Fail (default) waits, DeleteIfEmpty leaves the bucket in place, ForceEmpty
-	// deletes every object version first.
+	// objects: Fail (default) keeps the StorageBucket and reports BucketNotEmpty until
+	// the bucket is empty, DeleteIfEmpty leaves the bucket and its data in place and
+	// releases the StorageBucket, ForceEmpty deletes every object version and delete
+	// marker first (and refuses a bucket with object lock).
 	// +optional
 	// +kubebuilder:default=Fail
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Non-empty strategy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Fail","urn:alm:descriptor:com.tectonic.ui:select:DeleteIfEmpty","urn:alm:descriptor:com.tectonic.ui:select:ForceEmpty"}
 	NonEmptyStrategy NonEmptyStrategy `json:"nonEmptyStrategy,omitempty"`
 }
 
 // StorageBucketStatus is the bucket's health as the last probes saw it.
 //
-// The status is written when a condition or another field a user acts on changes, and
-// otherwise at most once per heartbeat (see the operator's --status-heartbeat flag), so
-// lastProbeTime, lastProbeDuration and consecutiveFailures may trail the newest probe by
-// up to one heartbeat. Per-probe detail is exported as Prometheus metrics.
+// The status is written only when something a user acts on changes (a condition's
+// status, reason or message, observedGeneration, serverCertificateNotAfter) and
+// otherwise once per heartbeat (the operator's --storagebucket-status-heartbeat flag,
+// default 1h), so lastProbeTime, lastProbeDuration and consecutiveFailures may trail the
+// newest probe by up to one heartbeat. At a 30s interval that is at most one write per
+// 120 probes of a healthy bucket. Per-probe detail is exported as Prometheus metrics.
 type StorageBucketStatus struct {
 	// observedGeneration is the generation of the spec the last probe used.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions: Ready summarises Reachable, Authenticated, BucketAvailable and (under
-	// Manage) Managed; the reason of the first failing one becomes Ready's reason.
+	// Manage) Managed; the reason of the first failing one becomes Ready's reason. The
+	// reasons come from a fixed taxonomy (DNSFailure, ConnectionRefused, Timeout,
+	// TLSUnknownAuthority, CertificateExpired, InvalidCredentials, AccessDenied,
+	// NoSuchBucket, WrongRegion, …; see docs/storagebucket.md).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Conditions",xDescriptors={"urn:alm:descriptor:io.kubernetes.conditions"}
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// lastProbeTime is when the bucket was last probed (refreshed at least once per heartbeat).
+	// lastProbeTime is when the bucket was last probed, refreshed with every status
+	// write and at least once per heartbeat.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Last probe",xDescriptors={"urn:alm:descriptor:text"}
 	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
@@ -274,33 +341,64 @@ type StorageBucketStatus struct {
 	// +optional
 	LastSuccessTime *metav1.Time `json:"lastSuccessTime,omitempty"`
 
-	// consecutiveFailures counts the failed probes since the last healthy one.
+	// consecutiveFailures counts the failed probes since the last healthy one (as of
+	// the last status write).
 	// +optional
 	ConsecutiveFailures int32 `json:"consecutiveFailures,omitempty"`
 
-	// lastProbeDuration is how long the last probe took.
+	// lastProbeDuration is how long the last probe took (as of the last status write).
 	// +optional
 	LastProbeDuration *metav1.Duration `json:"lastProbeDuration,omitempty"`
 
-	// serverCertificateNotAfter is when the endpoint's TLS certificate expires.
+	// serverCertificateNotAfter is when the endpoint's TLS certificate expires, as seen
+	// on the newest TLS connection to the endpoint.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Certificate expires",xDescriptors={"urn:alm:descriptor:text"}
 	ServerCertificateNotAfter *metav1.Time `json:"serverCertificateNotAfter,omitempty"`
 }
 
-// Condition types of a StorageBucket.
+// Condition types of a StorageBucket. Ready summarises the others in this order; the
+// first one that is not True gives Ready its status, reason and message.
 const (
-	// ConditionReady is True when every check the probe depth includes passed.
+	// ConditionReady is True when every check the probe depth includes passed (and,
+	// under managementPolicy Manage, the bucket is owned by this StorageBucket).
 	ConditionReady = "Ready"
-	// ConditionReachable is True when a connection (and TLS handshake) to the endpoint succeeded.
+	// ConditionReachable is True when the endpoint answered: DNS, TCP, the TLS
+	// handshake with a verified certificate, and no server error.
 	ConditionReachable = "Reachable"
-	// ConditionAuthenticated is True when the endpoint accepted the credentials.
+	// ConditionAuthenticated is True when the endpoint accepted the credentials for
+	// the probe's requests. Absent for depth Connect.
 	ConditionAuthenticated = "Authenticated"
-	// ConditionBucketAvailable is True when the bucket exists and passed the probe depth.
+	// ConditionBucketAvailable is True when the bucket exists in the expected region
+	// and passed the probe depth. Absent for depth Connect.
 	ConditionBucketAvailable = "BucketAvailable"
-	// ConditionManaged is True when, under managementPolicy Manage, the bucket carries
-	// this StorageBucket's ownership tag.
+	// ConditionManaged is present under managementPolicy Manage: True when the bucket
+	// carries this StorageBucket's ownership tag; False when it belongs to something
+	// else (ErrResourceExists) or, during deletion, when the bucket cannot be deleted
+	// yet (BucketNotEmpty, ObjectLockEnabled).
 	ConditionManaged = "Managed"
+)
+
+// IntervalDuration returns the probe interval, or its default when unset.
+func (h HealthCheck) IntervalDuration() time.Duration {
+	if h.Interval == nil {
+		return DefaultProbeInterval
+	}
+	return h.Interval.Duration
+}
+
+// TimeoutDuration returns the probe timeout, or its default when unset.
+func (h HealthCheck) TimeoutDuration() time.Duration {
+	if h.Timeout == nil {
+		return DefaultProbeTimeout
+	}
+	return h.Timeout.Duration
+}
+
+// Defaults the schema applies to healthCheck.
+const (
+	DefaultProbeInterval = 60 * time.Second
+	DefaultProbeTimeout  = 5 * time.Second
 )
 
 // StorageBucket is an object-storage bucket on an S3-compatible endpoint outside the

@@ -24,10 +24,12 @@ declare -A packages=(
 	[lint]="github.com/golangci/golangci-lint/v2/cmd/golangci-lint"
 	[olm]="github.com/operator-framework/operator-lifecycle-manager/cmd/olm github.com/operator-framework/operator-lifecycle-manager/cmd/catalog github.com/operator-framework/operator-lifecycle-manager/cmd/package-server"
 	[opm]="github.com/operator-framework/operator-registry/cmd/opm"
+	[peers]="k8s.io/sample-controller"
 )
-# Built by default (make tools); the OLM sets only when named (make tools-olm).
+# Built by default (make tools); the others only when named: the OLM sets for
+# make test-olm (make tools-olm), the benchmark peers for make bench (make tools-peers).
 order=(gen lint kube kwok minio)
-optional=(olm opm)
+optional=(olm opm peers)
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
 # cgo; the openpgp tag keeps containers/image off the gpgme C library.

@@ -32,7 +32,7 @@ func everythingV1beta1(ns, name string) *phalanksv1beta1.StorageBucket {
 			},
 			CABundle: &phalanksv1beta1.CABundleSource{SecretKeyRef: &phalanksv1beta1.KeyReference{Name: "ca", Key: "bundle.pem"}},
 			HealthCheck: phalanksv1beta1.HealthCheck{
-				Interval: metav1.Duration{Duration: 2 * time.Minute}, Timeout: metav1.Duration{Duration: 10 * time.Second},
+				Interval: &metav1.Duration{Duration: 2 * time.Minute}, Timeout: &metav1.Duration{Duration: 10 * time.Second},
 				Depth: phalanksv1beta1.ProbeReadWrite,
 			},
 			ManagementPolicy: phalanksv1beta1.ManagementManage,
@@ -60,7 +60,7 @@ var _ = Describe("StorageBucket conversion between v1alpha1 and v1beta1", func()
 		Expect(beta.Spec.InsecureAllowHTTP).To(BeTrue())
 		Expect(beta.Spec.BucketName).To(Equal("legacy-data"))
 		Expect(beta.Spec.Region).To(Equal("us-west-2"))
-		Expect(beta.Spec.HealthCheck.Interval.Duration).To(Equal(30 * time.Second))
+		Expect(beta.Spec.HealthCheck.IntervalDuration()).To(Equal(30 * time.Second))
 		Expect(beta.Spec.CredentialsSecretRef).To(Equal(&phalanksv1beta1.CredentialsSecretReference{
 			Name: "minio-creds", AccessKeyIDKey: "AWS_ACCESS_KEY_ID", SecretAccessKeyKey: "AWS_SECRET_ACCESS_KEY",
 		}))

@@ -24,21 +24,8 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
-// awaitingController names the custom tests whose behaviour needs a controller that
-// main.go does not register yet. They still run, with a short timeout, and must fail;
-// once one passes, this test fails, so that whoever registers the controller deletes its
-// entry here.
-var awaitingController = map[string]string{
-	"foo-creates-deployment":           "the Foo controller is not registered in main.go yet",
-	"storagebucket-terminal-condition": "the StorageBucket controller is not registered in main.go yet",
-}
-
-const (
-	// testTimeout bounds each wait for the operator inside a custom test.
-	testTimeout = 2 * time.Minute
-	// awaitingTimeout is the shorter wait for tests that are expected to fail.
-	awaitingTimeout = 15 * time.Second
-)
+// testTimeout bounds each wait for the operator inside a custom test.
+const testTimeout = 2 * time.Minute
 
 // TestCustomScorecardTests runs every custom test of the bundle's scorecard configuration,
 // with the test binary the custom test image ships, against an API server where the
@@ -83,22 +70,11 @@ func TestCustomScorecardTests(t *testing.T) {
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			timeout := testTimeout
-			reason, awaiting := awaitingController[name]
-			if awaiting {
-				timeout = awaitingTimeout
-			}
-			result := runCustomTest(t, binary, kubeconfigPath, bundleDir, ns.Name, name, timeout)
-			switch {
-			case awaiting && result.State == scapiv1alpha3.PassState:
-				t.Fatalf("%s now passes: %q no longer holds, delete its entry from awaitingController; log:\n%s", name, reason, result.Log)
-			case awaiting:
-				t.Logf("fails as expected (%s): %v", reason, result.Errors)
-			case result.State != scapiv1alpha3.PassState:
+			result := runCustomTest(t, binary, kubeconfigPath, bundleDir, ns.Name, name, testTimeout)
+			if result.State != scapiv1alpha3.PassState {
 				t.Fatalf("%s: state %s, errors %v; log:\n%s", name, result.State, result.Errors, result.Log)
-			default:
-				t.Logf("passed; log:\n%s", result.Log)
 			}
+			t.Logf("passed; log:\n%s", result.Log)
 			for _, s := range result.Suggestions {
 				t.Logf("suggestion: %s", s)
 			}

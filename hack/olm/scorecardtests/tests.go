@@ -71,14 +71,24 @@ func controlledBy(obj, owner *unstructured.Unstructured) bool {
 	return false
 }
 
-// storageBucketTerminalCondition: a StorageBucket from the examples reaches a verdict, a
-// Ready condition that is True or False (not Unknown) for its current generation. The
-// examples point at real endpoints with credentials the cluster may not have, so False
-// with a reason (say, missing credentials) is as much a verdict as True.
+// storageBucketTerminalCondition: every StorageBucket example, created in its own
+// version, reaches a verdict: a Ready condition that is True or False (not Unknown) for
+// its current generation, read in the storage version (older versions may not carry
+// conditions). The examples point at real endpoints with credentials the cluster may not
+// have, so False with a reason (say, missing credentials) is as much a verdict as True.
 func storageBucketTerminalCondition(ctx context.Context, env *Env, r *Report) error {
 	examples, err := examplesOf(env, "StorageBucket")
 	if err != nil {
 		return err
+	}
+	storage := ""
+	for _, crd := range env.Bundle.V1CRDs {
+		if crd.Spec.Names.Kind == "StorageBucket" {
+			_, storage = servedVersionsOf(crd)
+		}
+	}
+	if storage == "" {
+		return fmt.Errorf("the bundle has no StorageBucket CRD with a storage version")
 	}
 	for _, ex := range examples {
 		sb := instantiate(env, ex)
@@ -88,9 +98,8 @@ func storageBucketTerminalCondition(ctx context.Context, env *Env, r *Report) er
 		defer cleanup(env, sb)
 		start := time.Now()
 		state, err := waitFor(ctx, env, func(ctx context.Context) (bool, string, error) {
-			live := &unstructured.Unstructured{}
-			live.SetGroupVersionKind(sb.GroupVersionKind())
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(sb), live); err != nil {
+			live, err := getAs(ctx, env, sb, storage)
+			if err != nil {
 				return false, err.Error(), nil
 			}
 			return readyVerdict(live)

@@ -90,7 +90,7 @@ func createAll(ctx context.Context, b *testing.B, c client.Client, ns string) {
 						CredentialsSecretRef: &phalanksv1beta1.CredentialsSecretReference{Name: "creds"},
 						ManagementPolicy:     phalanksv1beta1.ManagementManage,
 						HealthCheck: phalanksv1beta1.HealthCheck{
-							Interval: metav1.Duration{Duration: time.Minute}, Timeout: metav1.Duration{Duration: 5 * time.Second},
+							Interval: &metav1.Duration{Duration: time.Minute}, Timeout: &metav1.Duration{Duration: 5 * time.Second},
 							Depth: phalanksv1beta1.ProbeHeadBucket,
 						},
 					},

@@ -1,0 +1,184 @@
+// Package foo reconciles Foos: each owns one Deployment and keeps its replica count, with
+// the behaviour of kubernetes/sample-controller (see docs/foo.md).
+package foo
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
+)
+
+const (
+	// controllerName names the controller in logs and metrics and reports its events.
+	controllerName = "foo"
+	// eventReporter is the reporting controller of the events this controller records.
+	eventReporter = "foo-controller"
+	// fieldOwner is the field manager of every write to Deployments and Foo status.
+	fieldOwner = client.FieldOwner("phalanks-foo-controller")
+)
+
+// Requeue policy, as sample-controller configures its workqueue: a failed Foo is retried
+// after 5 ms, doubling per failure up to 1000 s, and all retries together are held to
+// 50 per second with bursts of 300.
+const (
+	retryBaseDelay = 5 * time.Millisecond
+	retryMaxDelay  = 1000 * time.Second
+	retryQPS       = 50
+	retryBurst     = 300
+)
+
+// Options configures the Foo controller.
+type Options struct {
+	// Concurrency is the number of Foos reconciled at once.
+	Concurrency int
+	// Clock stamps condition transitions; nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+// BindFlags registers the controller's command-line flags.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	fs.IntVar(&o.Concurrency, "foo-concurrency", 2,
+		"Number of Foos reconciled concurrently (sample-controller runs 2 workers).")
+}
+
+// +kubebuilder:rbac:groups=phalanks.io,resources=foos,verbs=get;list;watch
+// +kubebuilder:rbac:groups=phalanks.io,resources=foos/status,verbs=get;patch
+// Owner references that block owner deletion need update on the owner's finalizers
+// where the OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift).
+// +kubebuilder:rbac:groups=phalanks.io,resources=foos/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch
+
+// SetupWithManager registers the Foo controller with the manager.
+func SetupWithManager(mgr ctrl.Manager, o Options) error {
+	clk := o.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	r := &reconciler{
+		client:   mgr.GetClient(),
+		recorder: mgr.GetEventRecorder(eventReporter),
+		clock:    clk,
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(controllerName).
+		// Status and metadata writes, this controller's own among them, leave what a Foo
+		// asks for unchanged: only a new generation queues it.
+		For(&phalanksv1alpha1.Foo{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A Deployment appears because the pass that created it is running; its changes
+		// (status included) and its deletion queue its Foo.
+		Owns(&appsv1.Deployment{}, builder.WithPredicates(ignoreCreate)).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: max(o.Concurrency, 1),
+			RateLimiter:             newRateLimiter(),
+			// sample-controller's FIFO queue, not controller-runtime's default priority
+			// queue (which puts the initial list behind every later event and, by
+			// default, has no overall retry bucket).
+			UsePriorityQueue: ptr.To(false),
+		}).
+		Complete(r)
+}
+
+// ignoreCreate drops creation events.
+var ignoreCreate = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
+
+// newRateLimiter returns sample-controller's limiter: the slower of a per-Foo exponential
+// backoff and an overall token bucket. It applies only to retries after errors.
+func newRateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](retryBaseDelay, retryMaxDelay),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(retryQPS), retryBurst)},
+	)
+}
+
+// reconciler drives a Foo's Deployment to its spec and reports it in the Foo's status.
+type reconciler struct {
+	client   client.Client
+	recorder events.EventRecorder
+	clock    clock.PassiveClock
+}
+
+// Reconcile makes sure the Foo's Deployment exists, is ours and has the Foo's replicas
+// and image, then reports the Deployment in the Foo's status.
+//
+// Retries follow sample-controller: an API error or a Deployment of that name that the
+// Foo does not control returns an error (retried with backoff); an invalid spec is
+// recorded and not retried until the Foo changes.
+func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	foo := &phalanksv1alpha1.Foo{}
+	if err := r.client.Get(ctx, req.NamespacedName, foo); err != nil {
+		// A deleted Foo's Deployment is garbage-collected through its owner reference.
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return r.reconcileFoo(ctx, foo)
+}
+
+// reconcileFoo runs one pass over a Foo read from the cache.
+func (r *reconciler) reconcileFoo(ctx context.Context, foo *phalanksv1alpha1.Foo) (ctrl.Result, error) {
+	if err := validateSpec(&foo.Spec); err != nil {
+		r.recorder.Eventf(foo, nil, corev1.EventTypeWarning, ReasonInvalidSpec, actionSync, "%s", err.Error())
+		if werr := r.writeStatus(ctx, foo, observation{invalidSpec: err}); werr != nil {
+			return ctrl.Result{}, werr
+		}
+		// Retrying cannot help; the next edit of the Foo queues it again.
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	}
+
+	dep, err := r.ensureDeployment(ctx, foo)
+	var notOwned *notControlledError
+	switch {
+	case errors.As(err, &notOwned):
+		r.recorder.Eventf(foo, nil, corev1.EventTypeWarning, ReasonResourceExists, actionSync, MessageResourceExists, notOwned.name)
+		if werr := r.writeStatus(ctx, foo, observation{notControlled: notOwned}); werr != nil {
+			return ctrl.Result{}, werr
+		}
+		// An error, not a terminal one: sample-controller retries with backoff until
+		// the Deployment is removed or handed over.
+		return ctrl.Result{}, notOwned
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+
+	if err := r.writeStatus(ctx, foo, observation{deployment: dep}); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.recorder.Eventf(foo, nil, corev1.EventTypeNormal, ReasonSynced, actionSync, MessageResourceSynced)
+	return ctrl.Result{}, nil
+}
+
+// writeStatus computes the status for what the pass observed and writes it when it
+// differs from the Foo's, as one merge patch of the whole status block (so zero values
+// such as availableReplicas: 0 are stored too).
+func (r *reconciler) writeStatus(ctx context.Context, foo *phalanksv1alpha1.Foo, obs observation) error {
+	status, changed := computeStatus(foo, obs, r.clock.Now())
+	if !changed {
+		return nil
+	}
+	patch, err := statusPatch(status)
+	if err != nil {
+		return err
+	}
+	if err := r.client.Status().Patch(ctx, foo, client.RawPatch(types.MergePatchType, patch), fieldOwner); err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package foo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
+)
+
+const (
+	// containerName is the Deployment's one container, named as sample-controller names it.
+	containerName = "nginx"
+	// defaultImage is the image when the spec has none (the CRD defaults it too).
+	defaultImage = "nginx:latest"
+	// appLabel is the value of the app label on the Deployment's selector and pods.
+	appLabel = "nginx"
+)
+
+// notControlledError reports a Deployment of the Foo's deploymentName that the Foo does
+// not control. Its message is sample-controller's.
+type notControlledError struct{ name string }
+
+func (e *notControlledError) Error() string { return fmt.Sprintf(MessageResourceExists, e.name) }
+
+// validateSpec rejects what the schema should already have rejected at admission, for
+// Foos stored before the schema had the rule.
+func validateSpec(spec *phalanksv1alpha1.FooSpec) error {
+	if spec.DeploymentName == "" {
+		return errors.New("spec.deploymentName is empty: set the name of the Deployment this Foo owns")
+	}
+	return nil
+}
+
+// ensureDeployment returns the Foo's Deployment after creating it when it is missing, or
+// updating its replicas and image when they differ from the Foo's. A Deployment of that
+// name that the Foo does not control is left alone and reported as a notControlledError.
+func (r *reconciler) ensureDeployment(ctx context.Context, foo *phalanksv1alpha1.Foo) (*appsv1.Deployment, error) {
+	dep := &appsv1.Deployment{}
+	err := r.client.Get(ctx, types.NamespacedName{Namespace: foo.Namespace, Name: foo.Spec.DeploymentName}, dep)
+	switch {
+	case apierrors.IsNotFound(err):
+		dep = newDeployment(foo)
+		// AlreadyExists means the cache is behind; the retry reads it again.
+		if err := r.client.Create(ctx, dep, fieldOwner); err != nil {
+			return nil, fmt.Errorf("create deployment: %w", err)
+		}
+		return dep, nil
+	case err != nil:
+		return nil, fmt.Errorf("get deployment: %w", err)
+	}
+	if !metav1.IsControlledBy(dep, foo) {
+		return nil, &notControlledError{name: dep.Name}
+	}
+	updated, changed := withFooSpec(dep, foo)
+	if !changed {
+		return dep, nil
+	}
+	// A strategic merge patch carries only the replicas and our container's image, so
+	// fields other actors set (annotations, other containers) survive; the optimistic
+	// lock turns a decision made on a stale cache into a conflict and a retry.
+	patch := client.StrategicMergeFrom(dep, client.MergeFromWithOptimisticLock{})
+	if err := r.client.Patch(ctx, updated, patch, fieldOwner); err != nil {
+		return nil, fmt.Errorf("update deployment: %w", err)
+	}
+	return updated, nil
+}
+
+// newDeployment builds the Deployment for a Foo as sample-controller does: named
+// spec.deploymentName, controlled by the Foo, labelled app=nginx and controller=<foo>,
+// one nginx container, and the Foo's replicas (unset leaves the API default of 1).
+func newDeployment(foo *phalanksv1alpha1.Foo) *appsv1.Deployment {
+	labels := map[string]string{
+		"app":        appLabel,
+		"controller": foo.Name,
+	}
+	var replicas *int32
+	if foo.Spec.Replicas != nil {
+		replicas = ptr.To(*foo.Spec.Replicas)
+	}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      foo.Spec.DeploymentName,
+			Namespace: foo.Namespace,
+			OwnerReferences: []metav1.OwnerReference{
+				*metav1.NewControllerRef(foo, phalanksv1alpha1.GroupVersion.WithKind("Foo")),
+			},
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{Name: containerName, Image: imageOf(foo)}},
+				},
+			},
+		},
+	}
+}
+
+// withFooSpec returns a copy of dep with the Foo's replicas (when the Foo sets them) and
+// image (on our container, when it is still there), and whether anything changed.
+func withFooSpec(dep *appsv1.Deployment, foo *phalanksv1alpha1.Foo) (*appsv1.Deployment, bool) {
+	out := dep.DeepCopy()
+	changed := false
+	if want := foo.Spec.Replicas; want != nil && ptr.Deref(out.Spec.Replicas, 1) != *want {
+		out.Spec.Replicas = ptr.To(*want)
+		changed = true
+	}
+	for i := range out.Spec.Template.Spec.Containers {
+		c := &out.Spec.Template.Spec.Containers[i]
+		if c.Name == containerName && c.Image != imageOf(foo) {
+			c.Image = imageOf(foo)
+			changed = true
+		}
+	}
+	return out, changed
+}
+
+func imageOf(foo *phalanksv1alpha1.Foo) string {
+	if foo.Spec.Image == "" {
+		return defaultImage
+	}
+	return foo.Spec.Image
+}

@@ -1,0 +1,127 @@
+package foo
+
+import (
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
+)
+
+func testFoo(replicas *int32, image string) *phalanksv1alpha1.Foo {
+	return &phalanksv1alpha1.Foo{
+		ObjectMeta: metav1.ObjectMeta{Name: "test", Namespace: "default", UID: types.UID("foo-uid"), Generation: 3},
+		Spec:       phalanksv1alpha1.FooSpec{DeploymentName: "test-deployment", Replicas: replicas, Image: image},
+	}
+}
+
+func TestNewDeployment(t *testing.T) {
+	for name, tc := range map[string]struct {
+		foo      *phalanksv1alpha1.Foo
+		replicas *int32
+		image    string
+	}{
+		"carries the Foo's replicas and image":                            {testFoo(ptr.To[int32](4), "nginx:1.27"), ptr.To[int32](4), "nginx:1.27"},
+		"leaves replicas unset for the API default when the Foo has none": {testFoo(nil, "nginx:latest"), nil, "nginx:latest"},
+		"runs nginx:latest when the image is empty":                       {testFoo(ptr.To[int32](1), ""), ptr.To[int32](1), "nginx:latest"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dep := newDeployment(tc.foo)
+			if dep.Name != "test-deployment" || dep.Namespace != "default" {
+				t.Errorf("deployment is %s/%s, want default/test-deployment", dep.Namespace, dep.Name)
+			}
+			if !metav1.IsControlledBy(dep, tc.foo) {
+				t.Errorf("deployment is not controlled by the Foo: %+v", dep.OwnerReferences)
+			}
+			ref := metav1.GetControllerOf(dep)
+			if ref.APIVersion != "phalanks.io/v1alpha1" || ref.Kind != "Foo" || ref.Name != "test" || !ptr.Deref(ref.BlockOwnerDeletion, false) {
+				t.Errorf("controller reference %+v, want phalanks.io/v1alpha1 Foo test blocking owner deletion", ref)
+			}
+			wantLabels := map[string]string{"app": "nginx", "controller": "test"}
+			if !apiequality.Semantic.DeepEqual(dep.Spec.Selector.MatchLabels, wantLabels) ||
+				!apiequality.Semantic.DeepEqual(dep.Spec.Template.Labels, wantLabels) {
+				t.Errorf("selector %v and pod labels %v, want %v", dep.Spec.Selector.MatchLabels, dep.Spec.Template.Labels, wantLabels)
+			}
+			if !apiequality.Semantic.DeepEqual(dep.Spec.Replicas, tc.replicas) {
+				t.Errorf("replicas %v, want %v", ptr.Deref(dep.Spec.Replicas, -1), ptr.Deref(tc.replicas, -1))
+			}
+			want := []corev1.Container{{Name: "nginx", Image: tc.image}}
+			if !apiequality.Semantic.DeepEqual(dep.Spec.Template.Spec.Containers, want) {
+				t.Errorf("containers %+v, want %+v", dep.Spec.Template.Spec.Containers, want)
+			}
+			if tc.foo.Spec.Replicas != nil && dep.Spec.Replicas == tc.foo.Spec.Replicas {
+				t.Error("the Deployment shares the Foo's replicas pointer")
+			}
+		})
+	}
+}
+
+func TestWithFooSpec(t *testing.T) {
+	existing := func(replicas int32, containers ...corev1.Container) *appsv1.Deployment {
+		dep := newDeployment(testFoo(ptr.To(replicas), "nginx:latest"))
+		if len(containers) > 0 {
+			dep.Spec.Template.Spec.Containers = containers
+		}
+		return dep
+	}
+	sidecar := corev1.Container{Name: "sidecar", Image: "busybox"}
+	for name, tc := range map[string]struct {
+		dep         *appsv1.Deployment
+		foo         *phalanksv1alpha1.Foo
+		wantChanged bool
+		replicas    int32
+		containers  []corev1.Container
+	}{
+		"changes nothing when replicas and image match": {
+			existing(2), testFoo(ptr.To[int32](2), "nginx:latest"), false, 2,
+			[]corev1.Container{{Name: "nginx", Image: "nginx:latest"}},
+		},
+		"sets the Foo's replicas when they differ": {
+			existing(1), testFoo(ptr.To[int32](2), "nginx:latest"), true, 2,
+			[]corev1.Container{{Name: "nginx", Image: "nginx:latest"}},
+		},
+		"keeps the Deployment's replicas when the Foo sets none": {
+			existing(3), testFoo(nil, "nginx:latest"), false, 3,
+			[]corev1.Container{{Name: "nginx", Image: "nginx:latest"}},
+		},
+		"sets the Foo's image on the nginx container and leaves other containers alone": {
+			existing(1, corev1.Container{Name: "nginx", Image: "nginx:1.25"}, sidecar), testFoo(ptr.To[int32](1), "nginx:1.27"), true, 1,
+			[]corev1.Container{{Name: "nginx", Image: "nginx:1.27"}, sidecar},
+		},
+		"adds no container when the nginx container was renamed": {
+			existing(1, corev1.Container{Name: "web", Image: "nginx:1.25"}), testFoo(ptr.To[int32](1), "nginx:1.27"), false, 1,
+			[]corev1.Container{{Name: "web", Image: "nginx:1.25"}},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := tc.dep.DeepCopy()
+			got, changed := withFooSpec(tc.dep, tc.foo)
+			if changed != tc.wantChanged {
+				t.Errorf("changed = %v, want %v", changed, tc.wantChanged)
+			}
+			if ptr.Deref(got.Spec.Replicas, -1) != tc.replicas {
+				t.Errorf("replicas %d, want %d", ptr.Deref(got.Spec.Replicas, -1), tc.replicas)
+			}
+			if !apiequality.Semantic.DeepEqual(got.Spec.Template.Spec.Containers, tc.containers) {
+				t.Errorf("containers %+v, want %+v", got.Spec.Template.Spec.Containers, tc.containers)
+			}
+			if !apiequality.Semantic.DeepEqual(tc.dep, before) {
+				t.Error("withFooSpec modified the Deployment it was given")
+			}
+		})
+	}
+}
+
+func TestValidateSpecRejectsAnEmptyDeploymentName(t *testing.T) {
+	if err := validateSpec(&phalanksv1alpha1.FooSpec{}); err == nil {
+		t.Error("an empty deploymentName was accepted")
+	}
+	if err := validateSpec(&phalanksv1alpha1.FooSpec{DeploymentName: "web"}); err != nil {
+		t.Errorf("a valid spec was rejected: %v", err)
+	}
+}

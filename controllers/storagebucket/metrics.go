@@ -1,0 +1,58 @@
+package storagebucket
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Per-probe detail lives here, not in the StorageBucket status. Every series is served
+// by the manager's metrics endpoint (controller-runtime's registry).
+var (
+	probeDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "phalanks_storagebucket_probe_duration_seconds",
+		Help:    "Wall time of one bucket probe, by depth and result (success or failure).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"depth", "result"})
+
+	probeFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "phalanks_storagebucket_probe_failures_total",
+		Help: "Failed bucket probes, by condition reason.",
+	}, []string{"reason"})
+
+	bucketUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "phalanks_storagebucket_up",
+		Help: "1 when the last probe found the bucket Ready, 0 otherwise; removed with the StorageBucket.",
+	}, []string{"namespace", "name"})
+
+	probeLateness = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "phalanks_storagebucket_probe_lateness_seconds",
+		Help: "How long after its due time a scheduled probe started.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, .75, 1, 1.5, 2, 3, 5, 10, 30, 60,
+			120, 300},
+	})
+
+	probesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "phalanks_storagebucket_probes_total",
+		Help: "Bucket probes, by what caused them: schedule (due time reached), new (never probed), spec (generation changed), inputs (Secret, CA or adopt annotation changed).",
+	}, []string{"cause"})
+
+	statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "phalanks_storagebucket_status_writes_total",
+		Help: "StorageBucket status writes, by cause: changed (a user-visible field changed) or heartbeat.",
+	}, []string{"cause"})
+
+	scheduledBuckets = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "phalanks_storagebucket_scheduled",
+		Help: "StorageBuckets on the probe schedule.",
+	})
+
+	dispatchedBuckets = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "phalanks_storagebucket_dispatched_total",
+		Help: "Due buckets the ticker sent to the controller.",
+	})
+)
+
+func init() {
+	metrics.Registry.MustRegister(probeDuration, probeFailures, bucketUp, probeLateness, probesTotal,
+		statusWrites, scheduledBuckets, dispatchedBuckets)
+}

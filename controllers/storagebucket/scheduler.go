@@ -1,0 +1,180 @@
+package storagebucket
+
+import (
+	"container/heap"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// scheduler is the single source of "when is this bucket probed next": a min-heap of
+// due times keyed by bucket. The ticker pops what is due and feeds it to the
+// controller; the reconciler sets the next due time after each probe.
+//
+// An item is either armed (in the heap, waiting for its due time) or dispatched (popped
+// by the ticker, on its way through the channel and the queue). Every reconcile of a
+// live bucket ends by arming it again, so a dispatched item whose event was merged with
+// another one in the queue is never lost.
+type scheduler struct {
+	mu    sync.Mutex
+	items map[types.NamespacedName]*schedItem
+	heap  dueHeap
+	// kick wakes the ticker before its next tick, when something became due now.
+	kick chan struct{}
+}
+
+type schedItem struct {
+	key   types.NamespacedName
+	due   time.Time
+	index int // position in the heap; -1 while dispatched
+}
+
+// dueBucket is what the ticker sends through the channel: a bucket and when it is due.
+type dueBucket struct {
+	Key types.NamespacedName
+	Due time.Time
+}
+
+func newScheduler() *scheduler {
+	return &scheduler{items: map[types.NamespacedName]*schedItem{}, kick: make(chan struct{}, 1)}
+}
+
+// Due returns the bucket's due time, and false when the bucket is not scheduled.
+func (s *scheduler) Due(key types.NamespacedName) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it, ok := s.items[key]
+	if !ok {
+		return time.Time{}, false
+	}
+	return it.due, true
+}
+
+// Schedule sets the bucket's due time and arms it.
+func (s *scheduler) Schedule(key types.NamespacedName, due time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setLocked(key, due)
+}
+
+// Arm puts a dispatched bucket back in the heap with its current due time. It does
+// nothing for an armed or unscheduled bucket.
+func (s *scheduler) Arm(key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if it, ok := s.items[key]; ok && it.index < 0 {
+		heap.Push(&s.heap, it)
+	}
+}
+
+// TriggerNow makes the buckets due now (scheduling those that were not) and wakes the
+// ticker, so they are probed at once through the same channel as every other probe.
+func (s *scheduler) TriggerNow(now time.Time, keys ...types.NamespacedName) {
+	if len(keys) == 0 {
+		return
+	}
+	s.mu.Lock()
+	for _, k := range keys {
+		s.setLocked(k, now)
+	}
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+func (s *scheduler) setLocked(key types.NamespacedName, due time.Time) {
+	it, ok := s.items[key]
+	if !ok {
+		it = &schedItem{key: key, index: -1}
+		s.items[key] = it
+	}
+	it.due = due
+	if it.index < 0 {
+		heap.Push(&s.heap, it)
+	} else {
+		heap.Fix(&s.heap, it.index)
+	}
+}
+
+// Forget drops the bucket from the schedule.
+func (s *scheduler) Forget(key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if it, ok := s.items[key]; ok {
+		if it.index >= 0 {
+			heap.Remove(&s.heap, it.index)
+		}
+		delete(s.items, key)
+	}
+}
+
+// PopDue dispatches every armed bucket due at or before until, earliest first.
+func (s *scheduler) PopDue(until time.Time) []dueBucket {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []dueBucket
+	for len(s.heap) > 0 && !s.heap[0].due.After(until) {
+		it := heap.Pop(&s.heap).(*schedItem)
+		out = append(out, dueBucket{Key: it.key, Due: it.due})
+	}
+	return out
+}
+
+// Len returns how many buckets are scheduled.
+func (s *scheduler) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.items)
+}
+
+// dueHeap orders schedule items by due time.
+type dueHeap []*schedItem
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+
+func (h *dueHeap) Push(x any) {
+	it := x.(*schedItem)
+	it.index = len(*h)
+	*h = append(*h, it)
+}
+
+func (h *dueHeap) Pop() any {
+	old := *h
+	n := len(old)
+	it := old[n-1]
+	old[n-1] = nil
+	it.index = -1
+	*h = old[:n-1]
+	return it
+}
+
+// minInterval guards the grid arithmetic against an interval the schema would reject.
+const minInterval = time.Second
+
+// nextDue returns the first instant after now on the bucket's probe grid: the instants
+// phase + k·interval, where the phase is a hash of the bucket's UID. Buckets with the
+// same interval are thus spread evenly over it, stay spread after a restart or a
+// failover (the grid does not depend on when the operator started), and a late probe
+// does not push the following ones later.
+func nextDue(uid types.UID, interval time.Duration, now time.Time) time.Time {
+	interval = max(interval, minInterval)
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(uid))
+	phase := int64(h.Sum64() % uint64(interval)) //nolint:gosec // G115: the remainder is below interval, an int64
+
+	n := now.UnixNano() - phase
+	k := n / int64(interval)
+	if n < 0 && n%int64(interval) != 0 {
+		k-- // floor division for instants before the phase
+	}
+	return time.Unix(0, phase+(k+1)*int64(interval))
+}

@@ -1,0 +1,250 @@
+package storagebucket
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func key(n int) types.NamespacedName {
+	return types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("b%d", n)}
+}
+
+func keysOf(ds []dueBucket) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.Key.Name)
+	}
+	return out
+}
+
+func TestSchedulerPopsOnlyWhatIsDueEarliestFirst(t *testing.T) {
+	s := newScheduler()
+	s.Schedule(key(3), t0.Add(3*time.Second))
+	s.Schedule(key(1), t0.Add(1*time.Second))
+	s.Schedule(key(2), t0.Add(2*time.Second))
+	if got := keysOf(s.PopDue(t0)); len(got) != 0 {
+		t.Fatalf("popped %v before anything was due", got)
+	}
+	if got := fmt.Sprint(keysOf(s.PopDue(t0.Add(2 * time.Second)))); got != "[b1 b2]" {
+		t.Errorf("popped %s, want [b1 b2]", got)
+	}
+	if got := keysOf(s.PopDue(t0.Add(2 * time.Second))); len(got) != 0 {
+		t.Errorf("a dispatched bucket was popped again: %v", got)
+	}
+	if due, ok := s.Due(key(1)); !ok || !due.Equal(t0.Add(time.Second)) {
+		t.Errorf("a dispatched bucket keeps its due time while in flight, got %v %v", due, ok)
+	}
+}
+
+func TestSchedulerArmsADispatchedBucketAgain(t *testing.T) {
+	s := newScheduler()
+	s.Schedule(key(1), t0)
+	s.PopDue(t0)
+	s.Arm(key(1))
+	if got := keysOf(s.PopDue(t0)); fmt.Sprint(got) != "[b1]" {
+		t.Errorf("re-armed bucket not dispatched again: %v", got)
+	}
+	s.Schedule(key(2), t0.Add(time.Hour))
+	s.Arm(key(2)) // already armed: no duplicate
+	if got := keysOf(s.PopDue(t0.Add(time.Hour))); fmt.Sprint(got) != "[b2]" {
+		t.Errorf("arming an armed bucket duplicated it: %v", got)
+	}
+	s.Arm(key(9)) // unknown: nothing happens
+	if s.Len() != 2 {
+		t.Errorf("Len = %d, want 2", s.Len())
+	}
+}
+
+func TestSchedulerReschedulesInPlace(t *testing.T) {
+	s := newScheduler()
+	s.Schedule(key(1), t0.Add(time.Hour))
+	s.Schedule(key(2), t0.Add(2*time.Hour))
+	s.Schedule(key(2), t0.Add(time.Minute))
+	if got := keysOf(s.PopDue(t0.Add(time.Minute))); fmt.Sprint(got) != "[b2]" {
+		t.Errorf("moving a due time earlier did not take effect: %v", got)
+	}
+	s.Forget(key(1))
+	if got := keysOf(s.PopDue(t0.Add(24 * time.Hour))); len(got) != 0 {
+		t.Errorf("a forgotten bucket was dispatched: %v", got)
+	}
+	if _, ok := s.Due(key(1)); ok {
+		t.Error("a forgotten bucket is still scheduled")
+	}
+}
+
+func TestTriggerNowMakesBucketsDueAndWakesTheTicker(t *testing.T) {
+	s := newScheduler()
+	s.Schedule(key(1), t0.Add(time.Hour))
+	s.TriggerNow(t0, key(1), key(2))
+	select {
+	case <-s.kick:
+	default:
+		t.Fatal("the ticker was not woken")
+	}
+	got := keysOf(s.PopDue(t0))
+	sort.Strings(got)
+	if fmt.Sprint(got) != "[b1 b2]" {
+		t.Errorf("popped %v, want both triggered buckets", got)
+	}
+	s.TriggerNow(t0) // nothing to trigger: no wake-up
+	select {
+	case <-s.kick:
+		t.Error("woke the ticker for nothing")
+	default:
+	}
+}
+
+func TestNextDueFollowsTheBucketsGrid(t *testing.T) {
+	const interval = 30 * time.Second
+	uid := types.UID("4b0c0b1e-2f0d-4a5e-9c43-0d6b7a1f0001")
+	first := nextDue(uid, interval, t0)
+	if !first.After(t0) || first.Sub(t0) > interval {
+		t.Fatalf("next due %v is not within one interval after %v", first, t0)
+	}
+	if got := nextDue(uid, interval, first); !got.Equal(first.Add(interval)) {
+		t.Errorf("probing on time at %v gives %v, want one interval later", first, got)
+	}
+	late := first.Add(7 * time.Second)
+	if got := nextDue(uid, interval, late); !got.Equal(first.Add(interval)) {
+		t.Errorf("a late probe moved the grid: %v, want %v", got, first.Add(interval))
+	}
+	if got := nextDue(uid, interval, first.Add(-time.Nanosecond)); !got.Equal(first) {
+		t.Errorf("just before a grid point the next due is %v, want %v", got, first)
+	}
+}
+
+func TestNextDueSpreadsManyBucketsEvenly(t *testing.T) {
+	const interval, n, slots = 30 * time.Second, 5000, 30
+	counts := make([]int, slots)
+	for i := range n {
+		d := nextDue(types.UID(fmt.Sprintf("uid-%05d-%x", i, i*7919)), interval, t0)
+		counts[int(d.Sub(t0)/time.Second)%slots]++
+	}
+	for s, c := range counts {
+		if c < n/slots/2 || c > n/slots*2 {
+			t.Errorf("second %d of the interval holds %d of %d buckets; want about %d", s, c, n, n/slots)
+		}
+	}
+}
+
+func bucket(gen int64, probed bool) *phalanksv1beta1.StorageBucket {
+	sb := &phalanksv1beta1.StorageBucket{}
+	sb.Generation = gen
+	if probed {
+		sb.Status.ObservedGeneration = gen
+		sb.Status.LastProbeTime = &metav1.Time{Time: t0.Add(-time.Hour)}
+	}
+	return sb
+}
+
+func TestDecideProbe(t *testing.T) {
+	known := &bucketState{generation: 2, fingerprint: "fp"}
+	for name, tc := range map[string]struct {
+		sb        *phalanksv1beta1.StorageBucket
+		st        *bucketState
+		fp        string
+		due       time.Time
+		scheduled bool
+		want      probeCause
+	}{
+		"a new bucket is probed at once":                          {sb: bucket(1, false), want: causeNew},
+		"an edited bucket never probed for its generation is new": {sb: func() *phalanksv1beta1.StorageBucket { b := bucket(2, true); b.Generation = 3; return b }(), want: causeNew},
+		"after a restart a probed bucket resumes on its grid":     {sb: bucket(2, true), want: causeResume},
+		"after a restart a resumed bucket waits for its due time": {sb: bucket(2, true), due: t0.Add(time.Second), scheduled: true, want: causeNone},
+		"after a restart a resumed bucket is probed when due":     {sb: bucket(2, true), due: t0, scheduled: true, want: causeSchedule},
+		"a spec change is probed at once":                         {sb: bucket(3, true), st: known, fp: "fp", due: t0.Add(time.Hour), scheduled: true, want: causeSpec},
+		"a changed Secret or CA is probed at once":                {sb: bucket(2, true), st: known, fp: "fp2", due: t0.Add(time.Hour), scheduled: true, want: causeInputs},
+		"a due bucket is probed":                                  {sb: bucket(2, true), st: known, fp: "fp", due: t0.Add(-time.Second), scheduled: true, want: causeSchedule},
+		"a bucket that is not due is not probed":                  {sb: bucket(2, true), st: known, fp: "fp", due: t0.Add(time.Second), scheduled: true, want: causeNone},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := decideProbe(tc.sb, tc.st, tc.fp, tc.due, tc.scheduled, t0); got != tc.want {
+				t.Errorf("decideProbe = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTickerDispatchesDueBucketsAndNeverBlocksShutdown(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	s := newScheduler()
+	events := make(chan event.TypedGenericEvent[dueBucket]) // unbuffered, never read below
+	tk := &ticker{sched: s, events: events, period: time.Second, clock: clk}
+	s.Schedule(key(1), t0)
+	ctx, cancel := contextWithCancel(t)
+	done := make(chan error)
+	go func() { done <- tk.Start(ctx) }()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Start returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ticker blocked shutdown on a channel nobody reads")
+	}
+}
+
+func TestTickerSendsBucketsDueBeforeTheNextTick(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	s := newScheduler()
+	events := make(chan event.TypedGenericEvent[dueBucket], 10)
+	tk := &ticker{sched: s, events: events, period: time.Second, clock: clk}
+	s.Schedule(key(1), t0.Add(500*time.Millisecond))
+	s.Schedule(key(2), t0.Add(1500*time.Millisecond))
+	tk.dispatch(t.Context())
+	if len(events) != 1 {
+		t.Fatalf("dispatched %d buckets, want the one due within the next tick", len(events))
+	}
+	if e := <-events; e.Object.Key != key(1) || !e.Object.Due.Equal(t0.Add(500*time.Millisecond)) {
+		t.Errorf("sent %+v", e.Object)
+	}
+}
+
+func TestDueHandlerEnqueuesAtLowPriorityAtTheDueTime(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	q := priorityqueue.New[reconcile.Request]("test")
+	defer q.ShutDown()
+	h := dueHandler(clk)
+	h.Generic(t.Context(), event.TypedGenericEvent[dueBucket]{Object: dueBucket{Key: key(1), Due: clk.Now()}}, q)
+	// A user's edit arrives later but at normal priority: it is served first.
+	q.Add(reconcile.Request{NamespacedName: key(2)})
+	if n := q.Len(); n != 2 { // Len flushes the add buffer, so both are in before the first Get
+		t.Fatalf("queue holds %d ready items, want 2", n)
+	}
+	first, prio, _ := q.GetWithPriority()
+	second, lowPrio, _ := q.GetWithPriority()
+	if first.Name != "b2" || prio != 0 || second.Name != "b1" || lowPrio != schedulePriority {
+		t.Errorf("got %s(%d) then %s(%d); want the edit b2(0) before the due bucket b1(%d)", first.Name, prio, second.Name, lowPrio, schedulePriority)
+	}
+	q.Done(first)
+	q.Done(second)
+
+	h.Generic(t.Context(), event.TypedGenericEvent[dueBucket]{Object: dueBucket{Key: key(3), Due: clk.Now().Add(time.Hour)}}, q)
+	if n := q.Len(); n != 0 {
+		t.Errorf("a bucket due in an hour is ready now (queue length %d)", n)
+	}
+	var _ workqueue.TypedRateLimitingInterface[reconcile.Request] = q
+}
+
+func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	return ctx, cancel
+}

@@ -1,0 +1,282 @@
+package storagebucket
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/internal/conditions"
+	"github.com/phalanks/phalanks-operator/internal/s3probe"
+)
+
+// Reasons of True conditions and of conditions that were not checked.
+const (
+	reasonReachable     = "EndpointReachable"
+	reasonAuthenticated = "CredentialsAccepted"
+	reasonAnonymous     = "AnonymousAccess"
+	reasonAvailable     = "BucketAvailable"
+	reasonOwned         = "Owned"
+	reasonReady         = "BucketReady"
+	reasonNotChecked    = "NotChecked"
+)
+
+// Event reasons beyond the condition reasons.
+const (
+	eventBucketCreated  = "BucketCreated"
+	eventBucketAdopted  = "BucketAdopted"
+	eventBucketDeleted  = "BucketDeleted"
+	eventBucketRetained = "BucketRetained"
+	eventBucketEmptying = "BucketEmptying"
+)
+
+// checkOrder is the order in which Ready summarises the checks.
+var checkOrder = []s3probe.Check{s3probe.CheckReachable, s3probe.CheckAuthenticated, s3probe.CheckBucketAvailable, s3probe.CheckManaged}
+
+// manageResult is what the Manage step found out about ownership.
+type manageResult struct {
+	// owned is true when the bucket carries this StorageBucket's tag (after the step).
+	owned bool
+	// failure is why ownership could not be established (ErrResourceExists, or an
+	// error from the endpoint).
+	failure *s3probe.Failure
+}
+
+// checkInput is everything a pass learned that the conditions report.
+type checkInput struct {
+	depth     s3probe.Depth
+	anonymous bool
+	secure    bool
+	host      string
+	bucket    string
+	// failure is the first failed check of the probe, or of the inputs (Secret, CA).
+	failure *s3probe.Failure
+	// manage is nil under managementPolicy Observe.
+	manage *manageResult
+	// manageChecked is false when the Manage step did not run (inputs failed).
+	manageChecked bool
+}
+
+// checkConditions returns the conditions of every check the pass covers, in order:
+// the checks before the failed one True, the failed one False with its reason, the
+// ones after it Unknown (not checked).
+func checkConditions(in checkInput) []metav1.Condition {
+	var out []metav1.Condition
+	failedAt := -1
+	for i, check := range checkOrder {
+		if !covers(in, check) {
+			continue
+		}
+		if check == s3probe.CheckManaged {
+			out = append(out, managedCondition(in, failedAt >= 0))
+			continue
+		}
+		switch {
+		case failedAt >= 0:
+			out = append(out, conditions.Unknown(string(check), reasonNotChecked,
+				fmt.Sprintf("not checked: %s failed", checkOrder[failedAt])))
+		case in.failure != nil && in.failure.Check == check:
+			failedAt = i
+			out = append(out, conditions.False(string(check), string(in.failure.Reason), in.failure.Message))
+		default:
+			out = append(out, passedCondition(in, check))
+		}
+	}
+	return out
+}
+
+func covers(in checkInput, check s3probe.Check) bool {
+	switch check {
+	case s3probe.CheckManaged:
+		return in.manage != nil
+	case s3probe.CheckReachable:
+		return true
+	}
+	return in.depth != s3probe.DepthConnect
+}
+
+func passedCondition(in checkInput, check s3probe.Check) metav1.Condition {
+	switch check {
+	case s3probe.CheckReachable:
+		how := "verified TLS"
+		if !in.secure {
+			how = "plain HTTP"
+		}
+		return conditions.True(string(check), reasonReachable, fmt.Sprintf("%s answered (%s)", in.host, how))
+	case s3probe.CheckAuthenticated:
+		if in.anonymous {
+			return conditions.True(string(check), reasonAnonymous, "the endpoint accepted anonymous requests")
+		}
+		return conditions.True(string(check), reasonAuthenticated, "the endpoint accepted the credentials")
+	default:
+		return conditions.True(string(check), reasonAvailable, fmt.Sprintf("bucket %q passed the %s probe", in.bucket, in.depth))
+	}
+}
+
+func managedCondition(in checkInput, probeFailed bool) metav1.Condition {
+	const typ = phalanksv1beta1.ConditionManaged
+	m := in.manage
+	switch {
+	case !in.manageChecked:
+		return conditions.Unknown(typ, reasonNotChecked, "not checked: the StorageBucket's inputs are not usable")
+	case m.failure != nil && m.failure.Check == s3probe.CheckManaged:
+		return conditions.False(typ, string(m.failure.Reason), m.failure.Message)
+	case m.failure != nil && probeFailed:
+		return conditions.Unknown(typ, reasonNotChecked, "not checked: the probe failed")
+	case m.failure != nil:
+		return conditions.False(typ, string(m.failure.Reason), m.failure.Message)
+	case m.owned:
+		return conditions.True(typ, reasonOwned, fmt.Sprintf("bucket %q carries this StorageBucket's ownership tag", in.bucket))
+	}
+	return conditions.Unknown(typ, reasonNotChecked, "ownership not checked yet")
+}
+
+// readyCondition summarises the checks.
+func readyCondition(checks []metav1.Condition) metav1.Condition {
+	return conditions.Summarize(checks, reasonReady, "every check passed")
+}
+
+// statusInput is the newest observation of a bucket, as the in-memory state holds it.
+type statusInput struct {
+	generation int64
+	checks     []metav1.Condition
+	probedAt   time.Time
+	duration   time.Duration
+	// lastSuccess is when a probe last found the bucket Ready; zero if never.
+	lastSuccess  time.Time
+	failures     int32
+	certNotAfter time.Time
+}
+
+// writeCause says why a status is written.
+type writeCause string
+
+const (
+	writeNone      writeCause = ""
+	writeChanged   writeCause = "changed"
+	writeHeartbeat writeCause = "heartbeat"
+)
+
+// desiredStatus computes the status from the previous one and the newest observation.
+// It reports writeChanged when something a user acts on differs (a condition's status,
+// reason or message, observedGeneration, the certificate's expiry), writeHeartbeat
+// when only the heartbeat is due, and writeNone otherwise; the volatile fields
+// (lastProbeTime, lastProbeDuration, consecutiveFailures, lastSuccessTime) are
+// refreshed only when the status is written anyway.
+func desiredStatus(prev *phalanksv1beta1.StorageBucketStatus, in statusInput, heartbeat time.Duration) (phalanksv1beta1.StorageBucketStatus, writeCause) {
+	next := *prev.DeepCopy()
+	at := metav1.NewTime(in.probedAt)
+	checks := append([]metav1.Condition(nil), in.checks...)
+	checks = append(checks, readyCondition(in.checks))
+	changed := conditions.Apply(&next.Conditions, in.generation, at, checks...)
+	for _, typ := range []string{phalanksv1beta1.ConditionAuthenticated, phalanksv1beta1.ConditionBucketAvailable, phalanksv1beta1.ConditionManaged} {
+		if !hasType(checks, typ) && conditions.Remove(&next.Conditions, typ) {
+			changed = true
+		}
+	}
+	if next.ObservedGeneration != in.generation {
+		next.ObservedGeneration = in.generation
+		changed = true
+	}
+	if !timeEqual(next.ServerCertificateNotAfter, in.certNotAfter) {
+		next.ServerCertificateNotAfter = optionalTime(in.certNotAfter)
+		changed = true
+	}
+	var cause writeCause
+	switch {
+	case changed:
+		cause = writeChanged
+	case prev.LastProbeTime == nil || in.probedAt.Sub(prev.LastProbeTime.Time) >= heartbeat:
+		cause = writeHeartbeat
+	default:
+		return next, writeNone
+	}
+	next.LastProbeTime = &at
+	next.LastProbeDuration = &metav1.Duration{Duration: in.duration.Round(time.Millisecond)}
+	next.ConsecutiveFailures = in.failures
+	next.LastSuccessTime = optionalTime(in.lastSuccess)
+	return next, cause
+}
+
+// deletionStatus reports why a bucket cannot be deleted yet on the Managed condition
+// (nil clears nothing and only recomputes Ready) and re-summarises Ready.
+func deletionStatus(prev *phalanksv1beta1.StorageBucketStatus, generation int64, blocked *metav1.Condition, now time.Time) (phalanksv1beta1.StorageBucketStatus, bool) {
+	next := *prev.DeepCopy()
+	var checks []metav1.Condition
+	for _, check := range checkOrder {
+		if c := findCondition(next.Conditions, string(check)); c != nil {
+			checks = append(checks, *c)
+		}
+	}
+	if blocked != nil {
+		checks = replaceCondition(checks, *blocked)
+	}
+	all := append(checks, readyCondition(checks))
+	changed := conditions.Apply(&next.Conditions, generation, metav1.NewTime(now), all...)
+	return next, changed
+}
+
+// eventSpec is an event a status transition deserves.
+type eventSpec struct {
+	eventType, reason, action, note string
+}
+
+// transitionEvents returns the events for the changes from prev to next: Ready
+// becoming True or not True (or changing reason while not True), and Managed turning
+// to ErrResourceExists.
+func transitionEvents(prev, next []metav1.Condition) []eventSpec {
+	var out []eventSpec
+	before, after := findCondition(prev, phalanksv1beta1.ConditionReady), findCondition(next, phalanksv1beta1.ConditionReady)
+	switch {
+	case after == nil:
+	case after.Status == metav1.ConditionTrue && (before == nil || before.Status != metav1.ConditionTrue):
+		out = append(out, eventSpec{corev1.EventTypeNormal, reasonReady, "Probe", after.Message})
+	case after.Status != metav1.ConditionTrue && (before == nil || before.Status != after.Status || before.Reason != after.Reason):
+		out = append(out, eventSpec{corev1.EventTypeWarning, after.Reason, "Probe", after.Message})
+	}
+	mBefore, mAfter := findCondition(prev, phalanksv1beta1.ConditionManaged), findCondition(next, phalanksv1beta1.ConditionManaged)
+	if mAfter != nil && mAfter.Reason == string(s3probe.ReasonErrResourceExists) &&
+		(mBefore == nil || mBefore.Reason != mAfter.Reason) && (after == nil || after.Reason != mAfter.Reason) {
+		out = append(out, eventSpec{corev1.EventTypeWarning, mAfter.Reason, "Manage", mAfter.Message})
+	}
+	return out
+}
+
+func findCondition(list []metav1.Condition, typ string) *metav1.Condition {
+	for i := range list {
+		if list[i].Type == typ {
+			return &list[i]
+		}
+	}
+	return nil
+}
+
+func replaceCondition(list []metav1.Condition, c metav1.Condition) []metav1.Condition {
+	for i := range list {
+		if list[i].Type == c.Type {
+			list[i] = c
+			return list
+		}
+	}
+	return append(list, c)
+}
+
+func hasType(list []metav1.Condition, typ string) bool { return findCondition(list, typ) != nil }
+
+func timeEqual(a *metav1.Time, b time.Time) bool {
+	if a == nil || b.IsZero() {
+		return a == nil && b.IsZero()
+	}
+	// The API server keeps seconds.
+	return a.Unix() == b.Unix()
+}
+
+func optionalTime(t time.Time) *metav1.Time {
+	if t.IsZero() {
+		return nil
+	}
+	mt := metav1.NewTime(t.Truncate(time.Second))
+	return &mt
+}

@@ -1,0 +1,78 @@
+package storagebucket
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// ticker is the Runnable that turns due times into reconcile requests. Added with
+// mgr.Add and not implementing NeedLeaderElection, it runs only on the elected leader,
+// so only the leader probes.
+//
+// Every tick it dispatches the buckets due before the next tick and sends them into
+// the channel the controller watches; the handler delays each request until its due
+// time, so a bucket is probed on time rather than on the next tick.
+type ticker struct {
+	sched  *scheduler
+	events chan<- event.TypedGenericEvent[dueBucket]
+	period time.Duration
+	clock  clock.WithTicker
+	// onDispatch observes how many buckets a wake-up dispatched.
+	onDispatch func(n int)
+}
+
+// Start runs until ctx ends. Sends give way to shutdown, so a full channel never
+// holds the manager up.
+func (t *ticker) Start(ctx context.Context) error {
+	tick := t.clock.NewTicker(t.period)
+	defer tick.Stop()
+	for {
+		t.dispatch(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C():
+		case <-t.sched.kick:
+		}
+	}
+}
+
+func (t *ticker) dispatch(ctx context.Context) {
+	due := t.sched.PopDue(t.clock.Now().Add(t.period))
+	if t.onDispatch != nil {
+		t.onDispatch(len(due))
+	}
+	for _, d := range due {
+		select {
+		case t.events <- event.TypedGenericEvent[dueBucket]{Object: d}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// schedulePriority ranks scheduled probes below every watch event (priority 0), so a
+// user's edit is never stuck behind a burst of due buckets.
+const schedulePriority = handler.LowPriority
+
+// dueHandler enqueues a due bucket at low priority, delayed until its due time.
+func dueHandler(clk clock.PassiveClock) handler.TypedEventHandler[dueBucket, reconcile.Request] {
+	return handler.TypedFuncs[dueBucket, reconcile.Request]{
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[dueBucket], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			req := reconcile.Request{NamespacedName: e.Object.Key}
+			after := max(e.Object.Due.Sub(clk.Now()), 0)
+			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+				pq.AddWithOpts(priorityqueue.AddOpts{After: after, Priority: new(schedulePriority)}, req)
+				return
+			}
+			q.AddAfter(req, after)
+		},
+	}
+}

@@ -1,0 +1,338 @@
+// Package s3bucket manages the life of a bucket on an S3-compatible endpoint for its
+// StorageBucket: creating it with an ownership tag, telling whose it is, adopting it
+// only when asked, and deleting it (emptying it first only when told to).
+//
+// Ownership is a bucket tag (phalanks.io/storagebucket-uid) naming the StorageBucket's
+// UID. A bucket without our tag, or with another UID in it, is never changed.
+package s3bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	miniogo "github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/tags"
+
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/internal/s3probe"
+)
+
+// Tag keys on a managed bucket.
+const (
+	// TagOwnerUID names the UID of the StorageBucket that owns the bucket.
+	TagOwnerUID = phalanksv1beta1.OwnerTagKey
+	// TagOwnerName names the owner as namespace/name, for people reading the tags.
+	TagOwnerName = "phalanks.io/storagebucket"
+	// AdoptUntagged is the adopt value that takes over a bucket without an ownership tag.
+	AdoptUntagged = "true"
+)
+
+// Owner is the StorageBucket a bucket belongs to.
+type Owner struct {
+	UID string
+	// Name is namespace/name.
+	Name string
+}
+
+// State is whose a bucket is after Ensure.
+type State string
+
+// Ownership states.
+const (
+	// StateCreated: the bucket was missing and is now created and tagged.
+	StateCreated State = "Created"
+	// StateOwned: the bucket carries the owner's tag.
+	StateOwned State = "Owned"
+	// StateAdopted: the bucket carried no (or the named former) owner tag and adopt
+	// asked to take it over; it now carries the owner's tag.
+	StateAdopted State = "Adopted"
+	// StateNotOurs: the bucket exists and belongs to something else; it was not touched.
+	StateNotOurs State = "NotOurs"
+)
+
+// Ensured is the outcome of Ensure.
+type Ensured struct {
+	State State
+	// OtherUID is the UID in the ownership tag of a bucket that is not ours, if any.
+	OtherUID string
+}
+
+// Ensure makes sure the bucket exists and belongs to owner: it creates a missing bucket
+// in region and tags it, and tags an existing bucket only when adopt says so ("true"
+// for a bucket without an ownership tag, or the UID its ownership tag names). Any other
+// existing bucket is left exactly as it is.
+func Ensure(ctx context.Context, c *miniogo.Client, bucket, region string, owner Owner, adopt string) (Ensured, error) {
+	exists, err := c.BucketExists(ctx, bucket)
+	if err != nil {
+		return Ensured{}, fmt.Errorf("check bucket %q: %w", bucket, err)
+	}
+	if !exists {
+		err := c.MakeBucket(ctx, bucket, miniogo.MakeBucketOptions{Region: region})
+		switch code := miniogo.ToErrorResponse(err).Code; {
+		case err == nil:
+			if err := setOwner(ctx, c, bucket, owner, nil); err != nil {
+				return Ensured{}, err
+			}
+			return Ensured{State: StateCreated}, nil
+		case code == "BucketAlreadyExists":
+			// Another account holds the name; nothing we could inspect or adopt.
+			return Ensured{State: StateNotOurs}, nil
+		case code != "BucketAlreadyOwnedByYou":
+			return Ensured{}, fmt.Errorf("create bucket %q in region %q: %w", bucket, region, err)
+		}
+		// Created concurrently by someone else with our credentials: inspect it below.
+	}
+	current, err := bucketTags(ctx, c, bucket)
+	if err != nil {
+		return Ensured{}, err
+	}
+	uid := current[TagOwnerUID]
+	switch {
+	case uid == owner.UID:
+		return Ensured{State: StateOwned}, nil
+	case (uid == "" && adopt == AdoptUntagged) || (uid != "" && adopt == uid):
+		if err := setOwner(ctx, c, bucket, owner, current); err != nil {
+			return Ensured{}, err
+		}
+		return Ensured{State: StateAdopted}, nil
+	}
+	return Ensured{State: StateNotOurs, OtherUID: uid}, nil
+}
+
+// OwnedBy reports whether the bucket exists and carries owner's tag.
+func OwnedBy(ctx context.Context, c *miniogo.Client, bucket, uid string) (exists, owned bool, err error) {
+	exists, err = c.BucketExists(ctx, bucket)
+	if err != nil || !exists {
+		return exists, false, err
+	}
+	current, err := bucketTags(ctx, c, bucket)
+	if err != nil {
+		return true, false, err
+	}
+	return true, current[TagOwnerUID] == uid, nil
+}
+
+// bucketTags returns the bucket's tags; a bucket without tags gives an empty map.
+func bucketTags(ctx context.Context, c *miniogo.Client, bucket string) (map[string]string, error) {
+	t, err := c.GetBucketTagging(ctx, bucket)
+	if err != nil {
+		if miniogo.ToErrorResponse(err).Code == "NoSuchTagSet" {
+			return map[string]string{}, nil
+		}
+		return nil, fmt.Errorf("read tags of bucket %q: %w", bucket, err)
+	}
+	return t.ToMap(), nil
+}
+
+// setOwner writes the ownership tags, keeping every other tag: PutBucketTagging
+// replaces the whole set.
+func setOwner(ctx context.Context, c *miniogo.Client, bucket string, owner Owner, current map[string]string) error {
+	merged := map[string]string{}
+	for k, v := range current {
+		merged[k] = v
+	}
+	merged[TagOwnerUID] = owner.UID
+	merged[TagOwnerName] = owner.Name
+	t, err := tags.NewTags(merged, false)
+	if err != nil {
+		return s3probe.NewFailure(s3probe.ReasonUnknown, err, "cannot tag bucket %q: %s", bucket, err)
+	}
+	if err := c.SetBucketTagging(ctx, bucket, t); err != nil {
+		return fmt.Errorf("tag bucket %q: %w", bucket, err)
+	}
+	return nil
+}
+
+// Strategy is how Delete treats a bucket that still holds objects.
+type Strategy string
+
+// Non-empty strategies.
+const (
+	StrategyFail          Strategy = "Fail"
+	StrategyDeleteIfEmpty Strategy = "DeleteIfEmpty"
+	StrategyForceEmpty    Strategy = "ForceEmpty"
+)
+
+// Outcome is what Delete did.
+type Outcome string
+
+// Deletion outcomes.
+const (
+	// OutcomeDeleted: the bucket is deleted.
+	OutcomeDeleted Outcome = "Deleted"
+	// OutcomeGone: there was no bucket to delete.
+	OutcomeGone Outcome = "Gone"
+	// OutcomeNotOurs: the bucket does not carry the owner's tag; it was left alone.
+	OutcomeNotOurs Outcome = "NotOurs"
+	// OutcomeLeftNonEmpty: DeleteIfEmpty found objects and left the bucket with them.
+	OutcomeLeftNonEmpty Outcome = "LeftNonEmpty"
+	// OutcomeBlockedNonEmpty: Fail found objects; nothing was deleted.
+	OutcomeBlockedNonEmpty Outcome = "BlockedNonEmpty"
+	// OutcomeBlockedObjectLock: ForceEmpty refused a bucket with object lock.
+	OutcomeBlockedObjectLock Outcome = "BlockedObjectLock"
+	// OutcomeEmptying: ForceEmpty deleted its budget of versions; more remain.
+	OutcomeEmptying Outcome = "Emptying"
+)
+
+// Deleted is the result of Delete.
+type Deleted struct {
+	Outcome Outcome
+	// Removed counts the object versions and delete markers ForceEmpty deleted.
+	Removed int
+}
+
+// Delete deletes the bucket if it carries uid's ownership tag. A bucket with objects
+// (any version or delete marker) is deleted only under ForceEmpty, which first removes
+// up to budget versions per call and refuses a bucket with object lock enabled.
+func Delete(ctx context.Context, c *miniogo.Client, bucket, uid string, strategy Strategy, budget int) (Deleted, error) {
+	exists, owned, err := OwnedBy(ctx, c, bucket, uid)
+	switch {
+	case err != nil:
+		return Deleted{}, err
+	case !exists:
+		return Deleted{Outcome: OutcomeGone}, nil
+	case !owned:
+		return Deleted{Outcome: OutcomeNotOurs}, nil
+	}
+	empty, err := isEmpty(ctx, c, bucket)
+	if err != nil {
+		return Deleted{}, err
+	}
+	if empty {
+		return removeBucket(ctx, c, bucket, strategy, 0)
+	}
+	switch strategy {
+	case StrategyDeleteIfEmpty:
+		return Deleted{Outcome: OutcomeLeftNonEmpty}, nil
+	case StrategyForceEmpty:
+		return forceEmpty(ctx, c, bucket, budget)
+	default:
+		return Deleted{Outcome: OutcomeBlockedNonEmpty}, nil
+	}
+}
+
+func removeBucket(ctx context.Context, c *miniogo.Client, bucket string, strategy Strategy, removed int) (Deleted, error) {
+	err := c.RemoveBucket(ctx, bucket)
+	switch miniogo.ToErrorResponse(err).Code {
+	case "":
+		if err != nil {
+			return Deleted{Removed: removed}, fmt.Errorf("delete bucket %q: %w", bucket, err)
+		}
+		return Deleted{Outcome: OutcomeDeleted, Removed: removed}, nil
+	case "NoSuchBucket":
+		return Deleted{Outcome: OutcomeGone, Removed: removed}, nil
+	case "BucketNotEmpty":
+		// An object arrived between the listing and the delete.
+		if strategy == StrategyDeleteIfEmpty {
+			return Deleted{Outcome: OutcomeLeftNonEmpty, Removed: removed}, nil
+		}
+		if strategy == StrategyForceEmpty {
+			return Deleted{Outcome: OutcomeEmptying, Removed: removed}, nil
+		}
+		return Deleted{Outcome: OutcomeBlockedNonEmpty, Removed: removed}, nil
+	}
+	return Deleted{Removed: removed}, fmt.Errorf("delete bucket %q: %w", bucket, err)
+}
+
+// isEmpty reports whether the bucket holds no object version and no delete marker.
+func isEmpty(ctx context.Context, c *miniogo.Client, bucket string) (bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for obj := range c.ListObjectsIter(ctx, bucket, miniogo.ListObjectsOptions{WithVersions: true, Recursive: true, MaxKeys: 1}) {
+		if obj.Err != nil {
+			return false, fmt.Errorf("list bucket %q: %w", bucket, obj.Err)
+		}
+		return false, nil
+	}
+	return true, nil
+}
+
+// ObjectLockEnabled reports whether the bucket has object lock enabled.
+func ObjectLockEnabled(ctx context.Context, c *miniogo.Client, bucket string) (bool, error) {
+	enabled, _, _, _, err := c.GetObjectLockConfig(ctx, bucket)
+	if err != nil {
+		if miniogo.ToErrorResponse(err).Code == "ObjectLockConfigurationNotFoundError" {
+			return false, nil
+		}
+		return false, fmt.Errorf("read object lock configuration of bucket %q: %w", bucket, err)
+	}
+	return enabled == "Enabled", nil
+}
+
+func forceEmpty(ctx context.Context, c *miniogo.Client, bucket string, budget int) (Deleted, error) {
+	locked, err := ObjectLockEnabled(ctx, c, bucket)
+	if err != nil {
+		return Deleted{}, err
+	}
+	if locked {
+		return Deleted{Outcome: OutcomeBlockedObjectLock}, nil
+	}
+	removed, more, err := removeVersions(ctx, c, bucket, budget)
+	if err != nil {
+		return Deleted{Removed: removed}, err
+	}
+	if err := abortUploads(ctx, c, bucket); err != nil {
+		return Deleted{Removed: removed}, err
+	}
+	if more {
+		return Deleted{Outcome: OutcomeEmptying, Removed: removed}, nil
+	}
+	return removeBucket(ctx, c, bucket, StrategyForceEmpty, removed)
+}
+
+// removeVersions deletes up to budget object versions and delete markers, reporting
+// whether more remain.
+func removeVersions(ctx context.Context, c *miniogo.Client, bucket string, budget int) (removed int, more bool, err error) {
+	listCtx, cancel := context.WithCancel(ctx)
+	batch := make(chan miniogo.ObjectInfo)
+	done := make(chan struct{})
+	var listErr error
+	go func() {
+		defer close(done)
+		defer close(batch)
+		for obj := range c.ListObjectsIter(listCtx, bucket, miniogo.ListObjectsOptions{WithVersions: true, Recursive: true}) {
+			if obj.Err != nil {
+				listErr = obj.Err
+				return
+			}
+			if removed == budget {
+				more = true
+				return
+			}
+			select {
+			case batch <- miniogo.ObjectInfo{Key: obj.Key, VersionID: obj.VersionID}:
+				removed++
+			case <-listCtx.Done():
+				return
+			}
+		}
+	}()
+	var errs []error
+	for e := range c.RemoveObjects(ctx, bucket, batch, miniogo.RemoveObjectsOptions{}) {
+		errs = append(errs, fmt.Errorf("%s@%s: %w", e.ObjectName, e.VersionID, e.Err))
+	}
+	cancel()
+	<-done
+	if listErr != nil {
+		errs = append(errs, fmt.Errorf("list versions: %w", listErr))
+	}
+	if len(errs) > 0 {
+		return removed, more, fmt.Errorf("empty bucket %q (%d errors): %w", bucket, len(errs), errors.Join(errs[:min(len(errs), 3)]...))
+	}
+	return removed, more, nil
+}
+
+func abortUploads(ctx context.Context, c *miniogo.Client, bucket string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for up := range c.ListIncompleteUploads(ctx, bucket, "", true) {
+		if up.Err != nil {
+			return fmt.Errorf("list incomplete uploads of bucket %q: %w", bucket, up.Err)
+		}
+		if err := c.RemoveIncompleteUpload(ctx, bucket, up.Key); err != nil {
+			return fmt.Errorf("abort upload of %q in bucket %q: %w", up.Key, bucket, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,246 @@
+package s3bucket_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+
+	miniogo "github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/tags"
+
+	"github.com/phalanks/phalanks-operator/internal/s3bucket"
+	"github.com/phalanks/phalanks-operator/test/harness/minio"
+)
+
+var owner = s3bucket.Owner{UID: "0b5e6a1c-0000-4000-8000-000000000001", Name: "team-a/photos"}
+
+func setup(t *testing.T) (*miniogo.Client, context.Context) {
+	t.Helper()
+	s3 := minio.StartForTest(t, minio.Options{})
+	c, err := s3.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, t.Context()
+}
+
+func put(t *testing.T, c *miniogo.Client, bucket, key string) {
+	t.Helper()
+	if _, err := c.PutObject(t.Context(), bucket, key, bytes.NewReader([]byte("data")), 4, miniogo.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tagMap(t *testing.T, c *miniogo.Client, bucket string) map[string]string {
+	t.Helper()
+	got, err := c.GetBucketTagging(t.Context(), bucket)
+	if err != nil {
+		if miniogo.ToErrorResponse(err).Code == "NoSuchTagSet" {
+			return map[string]string{}
+		}
+		t.Fatal(err)
+	}
+	return got.ToMap()
+}
+
+func setTags(t *testing.T, c *miniogo.Client, bucket string, m map[string]string) {
+	t.Helper()
+	tg, err := tags.NewTags(m, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetBucketTagging(t.Context(), bucket, tg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func versions(t *testing.T, c *miniogo.Client, bucket string) []string {
+	t.Helper()
+	var out []string
+	for obj := range c.ListObjectsIter(t.Context(), bucket, miniogo.ListObjectsOptions{WithVersions: true, Recursive: true}) {
+		if obj.Err != nil {
+			t.Fatal(obj.Err)
+		}
+		out = append(out, obj.Key+"@"+obj.VersionID)
+	}
+	return out
+}
+
+func TestEnsureCreatesAMissingBucketAndTagsIt(t *testing.T) {
+	c, ctx := setup(t)
+	got, err := s3bucket.Ensure(ctx, c, "created", "us-east-1", owner, "")
+	if err != nil || got.State != s3bucket.StateCreated {
+		t.Fatalf("Ensure = %+v, %v; want Created", got, err)
+	}
+	if tg := tagMap(t, c, "created"); tg[s3bucket.TagOwnerUID] != owner.UID || tg[s3bucket.TagOwnerName] != owner.Name {
+		t.Errorf("tags = %v, want the owner's", tg)
+	}
+	again, err := s3bucket.Ensure(ctx, c, "created", "us-east-1", owner, "")
+	if err != nil || again.State != s3bucket.StateOwned {
+		t.Errorf("second Ensure = %+v, %v; want Owned", again, err)
+	}
+}
+
+func TestNotControlledByUs(t *testing.T) {
+	c, ctx := setup(t)
+	n := 0
+	for name, tc := range map[string]struct {
+		tags         map[string]string
+		adopt        string
+		wantState    s3bucket.State
+		wantOtherUID string
+	}{
+		"an untagged bucket is not ours": {
+			tags: map[string]string{"team": "a"}, wantState: s3bucket.StateNotOurs,
+		},
+		"a bucket tagged with another UID is not ours": {
+			tags: map[string]string{s3bucket.TagOwnerUID: "other-uid"}, wantState: s3bucket.StateNotOurs, wantOtherUID: "other-uid",
+		},
+		"adopt true does not take a bucket tagged with another UID": {
+			tags: map[string]string{s3bucket.TagOwnerUID: "other-uid"}, adopt: "true", wantState: s3bucket.StateNotOurs, wantOtherUID: "other-uid",
+		},
+		"adopt naming another UID does not take an untagged bucket": {
+			tags: map[string]string{"team": "a"}, adopt: "other-uid", wantState: s3bucket.StateNotOurs,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			n++
+			bucket := fmt.Sprintf("foreign-%d", n)
+			if err := c.MakeBucket(ctx, bucket, miniogo.MakeBucketOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			setTags(t, c, bucket, tc.tags)
+			put(t, c, bucket, "keep/me")
+			got, err := s3bucket.Ensure(ctx, c, bucket, "us-east-1", owner, tc.adopt)
+			if err != nil || got.State != tc.wantState || got.OtherUID != tc.wantOtherUID {
+				t.Fatalf("Ensure = %+v, %v; want %s (other %q)", got, err, tc.wantState, tc.wantOtherUID)
+			}
+			if tg := tagMap(t, c, bucket); !maps.Equal(tg, tc.tags) {
+				t.Errorf("tags changed to %v, want %v", tg, tc.tags)
+			}
+			if v := versions(t, c, bucket); len(v) != 1 || !strings.HasPrefix(v[0], "keep/me@") {
+				t.Errorf("objects changed: %v", v)
+			}
+		})
+	}
+}
+
+func TestAdoptionTagsTheBucketAndKeepsItsTags(t *testing.T) {
+	c, ctx := setup(t)
+	for name, tc := range map[string]struct {
+		tags  map[string]string
+		adopt string
+	}{
+		"adopt true takes an untagged bucket":          {tags: map[string]string{"team": "a"}, adopt: "true"},
+		"adopt naming the former owner's UID takes it": {tags: map[string]string{"team": "a", s3bucket.TagOwnerUID: "former"}, adopt: "former"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			bucket := "adopt-" + tc.adopt
+			if err := c.MakeBucket(ctx, bucket, miniogo.MakeBucketOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			setTags(t, c, bucket, tc.tags)
+			got, err := s3bucket.Ensure(ctx, c, bucket, "us-east-1", owner, tc.adopt)
+			if err != nil || got.State != s3bucket.StateAdopted {
+				t.Fatalf("Ensure = %+v, %v; want Adopted", got, err)
+			}
+			tg := tagMap(t, c, bucket)
+			if tg["team"] != "a" || tg[s3bucket.TagOwnerUID] != owner.UID {
+				t.Errorf("tags = %v, want team=a kept and the owner's UID", tg)
+			}
+		})
+	}
+}
+
+func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
+	c, ctx := setup(t)
+	owned := func(t *testing.T, bucket string, opts miniogo.MakeBucketOptions) {
+		t.Helper()
+		if err := c.MakeBucket(ctx, bucket, opts); err != nil {
+			t.Fatal(err)
+		}
+		setTags(t, c, bucket, map[string]string{s3bucket.TagOwnerUID: owner.UID})
+	}
+	exists := func(bucket string) bool {
+		ok, err := c.BucketExists(ctx, bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+
+	t.Run("an empty owned bucket is deleted under every strategy", func(t *testing.T) {
+		for _, st := range []s3bucket.Strategy{s3bucket.StrategyFail, s3bucket.StrategyDeleteIfEmpty, s3bucket.StrategyForceEmpty} {
+			bucket := "empty-" + strings.ToLower(string(st))
+			owned(t, bucket, miniogo.MakeBucketOptions{})
+			got, err := s3bucket.Delete(ctx, c, bucket, owner.UID, st, 100)
+			if err != nil || got.Outcome != s3bucket.OutcomeDeleted || exists(bucket) {
+				t.Errorf("%s: Delete = %+v, %v; exists=%v", st, got, err, exists(bucket))
+			}
+		}
+	})
+	t.Run("a missing bucket is gone", func(t *testing.T) {
+		got, err := s3bucket.Delete(ctx, c, "never-created", owner.UID, s3bucket.StrategyForceEmpty, 100)
+		if err != nil || got.Outcome != s3bucket.OutcomeGone {
+			t.Errorf("Delete = %+v, %v; want Gone", got, err)
+		}
+	})
+	t.Run("a bucket without our tag is never deleted, not even by ForceEmpty", func(t *testing.T) {
+		if err := c.MakeBucket(ctx, "not-ours", miniogo.MakeBucketOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		put(t, c, "not-ours", "data")
+		got, err := s3bucket.Delete(ctx, c, "not-ours", owner.UID, s3bucket.StrategyForceEmpty, 100)
+		if err != nil || got.Outcome != s3bucket.OutcomeNotOurs || len(versions(t, c, "not-ours")) != 1 {
+			t.Errorf("Delete = %+v, %v; want NotOurs with the data kept", got, err)
+		}
+	})
+	t.Run("Fail keeps a non-empty bucket and its data", func(t *testing.T) {
+		owned(t, "full-fail", miniogo.MakeBucketOptions{})
+		put(t, c, "full-fail", "data")
+		got, err := s3bucket.Delete(ctx, c, "full-fail", owner.UID, s3bucket.StrategyFail, 100)
+		if err != nil || got.Outcome != s3bucket.OutcomeBlockedNonEmpty || len(versions(t, c, "full-fail")) != 1 {
+			t.Errorf("Delete = %+v, %v; want BlockedNonEmpty with the data kept", got, err)
+		}
+	})
+	t.Run("DeleteIfEmpty leaves a non-empty bucket with its data", func(t *testing.T) {
+		owned(t, "full-ifempty", miniogo.MakeBucketOptions{})
+		put(t, c, "full-ifempty", "data")
+		got, err := s3bucket.Delete(ctx, c, "full-ifempty", owner.UID, s3bucket.StrategyDeleteIfEmpty, 100)
+		if err != nil || got.Outcome != s3bucket.OutcomeLeftNonEmpty || len(versions(t, c, "full-ifempty")) != 1 {
+			t.Errorf("Delete = %+v, %v; want LeftNonEmpty with the data kept", got, err)
+		}
+	})
+	t.Run("ForceEmpty removes every version and delete marker in budgeted steps", func(t *testing.T) {
+		owned(t, "full-versioned", miniogo.MakeBucketOptions{})
+		if err := c.EnableVersioning(ctx, "full-versioned"); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			put(t, c, "full-versioned", "a")
+			put(t, c, "full-versioned", "dir/b")
+		}
+		if err := c.RemoveObject(ctx, "full-versioned", "a", miniogo.RemoveObjectOptions{}); err != nil { // a delete marker
+			t.Fatal(err)
+		}
+		first, err := s3bucket.Delete(ctx, c, "full-versioned", owner.UID, s3bucket.StrategyForceEmpty, 4)
+		if err != nil || first.Outcome != s3bucket.OutcomeEmptying || first.Removed != 4 {
+			t.Fatalf("first Delete = %+v, %v; want Emptying after 4", first, err)
+		}
+		second, err := s3bucket.Delete(ctx, c, "full-versioned", owner.UID, s3bucket.StrategyForceEmpty, 4)
+		if err != nil || second.Outcome != s3bucket.OutcomeDeleted || second.Removed != 3 || exists("full-versioned") {
+			t.Errorf("second Delete = %+v, %v; want Deleted after the other 3 (6 versions and 1 marker)", second, err)
+		}
+	})
+	t.Run("ForceEmpty refuses a bucket with object lock", func(t *testing.T) {
+		owned(t, "full-locked", miniogo.MakeBucketOptions{ObjectLocking: true})
+		put(t, c, "full-locked", "data")
+		got, err := s3bucket.Delete(ctx, c, "full-locked", owner.UID, s3bucket.StrategyForceEmpty, 100)
+		if err != nil || got.Outcome != s3bucket.OutcomeBlockedObjectLock || len(versions(t, c, "full-locked")) != 1 {
+			t.Errorf("Delete = %+v, %v; want BlockedObjectLock with the data kept", got, err)
+		}
+	})
+}

@@ -1,0 +1,296 @@
+// Package s3probe is how phalanks-operator talks to S3-compatible endpoints: one cached
+// HTTP transport per (endpoint, CA bundle) with TLS always verified, S3 clients that
+// never retry on their own, the probe depths (Connect, HeadBucket, List, ReadWrite), and
+// the error taxonomy that turns whatever went wrong into a condition reason.
+package s3probe
+
+import (
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	miniogo "github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"k8s.io/utils/clock"
+)
+
+// Credentials is an S3 access key pair. It never prints its values.
+type Credentials struct {
+	AccessKeyID     string
+	SecretAccessKey string
+}
+
+// String hides the key pair from logs and error messages.
+func (Credentials) String() string { return "Credentials{redacted}" }
+
+// GoString hides the key pair from %#v.
+func (Credentials) GoString() string { return "Credentials{redacted}" }
+
+// Addressing is how requests name the bucket.
+type Addressing string
+
+// Addressing styles.
+const (
+	AddressingAuto        Addressing = "Auto"
+	AddressingPath        Addressing = "Path"
+	AddressingVirtualHost Addressing = "VirtualHost"
+)
+
+// Endpoint is where a bucket lives and how to reach it.
+type Endpoint struct {
+	// URL is the endpoint, http:// or https://, without a path.
+	URL    string
+	Region string
+	// Addressing defaults to Auto.
+	Addressing Addressing
+	// Credentials are nil for anonymous requests.
+	Credentials *Credentials
+	// CABundle is PEM; nil trusts the system roots.
+	CABundle []byte
+}
+
+// Host returns the endpoint's host:port, or the URL when it does not parse.
+func (e Endpoint) Host() string {
+	u, err := url.Parse(e.URL)
+	if err != nil || u.Host == "" {
+		return e.URL
+	}
+	return u.Host
+}
+
+// Key names the endpoint for grouping buckets (scheme, host and port, lowercased).
+func (e Endpoint) Key() string {
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		return strings.ToLower(e.URL)
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host)
+}
+
+// Pool caches one http.Transport per (endpoint, CA bundle), so connections and TLS
+// sessions are reused across probes, and one S3 client per (transport, credentials,
+// region, addressing). Entries unused for IdleTTL are dropped.
+type Pool struct {
+	// MaxIdleConnsPerHost should be the probe concurrency, so concurrent probes of one
+	// endpoint reuse their connections instead of handshaking every time.
+	MaxIdleConnsPerHost int
+	// IdleTTL drops transports and clients unused this long (default 15m).
+	IdleTTL time.Duration
+	Clock   clock.PassiveClock
+
+	mu         sync.Mutex
+	transports map[transportKey]*transportEntry
+	lastSweep  time.Time
+}
+
+type transportKey struct {
+	scheme, host string
+	ca           [sha256.Size]byte
+}
+
+type clientKey struct {
+	accessKey  string
+	secretHash [sha256.Size]byte
+	region     string
+	addressing Addressing
+}
+
+type transportEntry struct {
+	rt      *http.Transport
+	tlsCfg  *tls.Config
+	secure  bool
+	host    string
+	used    time.Time
+	clients map[clientKey]*clientEntry
+	// notAfter is the expiry (Unix nanoseconds) of the leaf certificate of the newest
+	// verified TLS connection; 0 before the first one.
+	notAfter atomic.Int64
+}
+
+type clientEntry struct {
+	c    *miniogo.Client
+	used time.Time
+}
+
+// Conn is a ready S3 client for an endpoint and what the probe needs besides it.
+type Conn struct {
+	Client *miniogo.Client
+	// Host is the endpoint's host:port.
+	Host   string
+	secure bool
+	entry  *transportEntry
+}
+
+// CertNotAfter returns the expiry of the endpoint's certificate as last seen on a new
+// TLS connection, or the zero time.
+func (c *Conn) CertNotAfter() time.Time {
+	if n := c.entry.notAfter.Load(); n != 0 {
+		return time.Unix(0, n).UTC()
+	}
+	return time.Time{}
+}
+
+// Conn returns a client for the endpoint, creating the transport and client on first use.
+func (p *Pool) Conn(e Endpoint) (*Conn, error) {
+	u, err := url.Parse(e.URL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, NewFailure(ReasonUnknown, err, "endpoint %q is not an http:// or https:// URL", e.URL)
+	}
+	secure := u.Scheme == "https"
+	tk := transportKey{scheme: u.Scheme, host: strings.ToLower(u.Host)}
+	if secure && len(e.CABundle) > 0 {
+		tk.ca = sha256.Sum256(e.CABundle)
+	}
+	ck := clientKey{region: e.Region, addressing: e.Addressing}
+	if e.Credentials != nil {
+		ck.accessKey = e.Credentials.AccessKeyID
+		ck.secretHash = sha256.Sum256([]byte(e.Credentials.SecretAccessKey))
+	}
+
+	now := p.clock().Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sweepLocked(now)
+	te := p.transports[tk]
+	if te == nil {
+		if te, err = p.newTransport(u, secure, e.CABundle); err != nil {
+			return nil, err
+		}
+		if p.transports == nil {
+			p.transports = map[transportKey]*transportEntry{}
+		}
+		p.transports[tk] = te
+	}
+	te.used = now
+	ce := te.clients[ck]
+	if ce == nil {
+		c, err := newClient(u.Host, secure, te.rt, e)
+		if err != nil {
+			return nil, NewFailure(ReasonUnknown, err, "create S3 client for %s: %s", u.Host, stableText(err))
+		}
+		ce = &clientEntry{c: c}
+		te.clients[ck] = ce
+	}
+	ce.used = now
+	return &Conn{Client: ce.c, Host: u.Host, secure: secure, entry: te}, nil
+}
+
+func (p *Pool) clock() clock.PassiveClock {
+	if p.Clock == nil {
+		return clock.RealClock{}
+	}
+	return p.Clock
+}
+
+func (p *Pool) newTransport(u *url.URL, secure bool, caBundle []byte) (*transportEntry, error) {
+	te := &transportEntry{secure: secure, host: u.Host, clients: map[clientKey]*clientEntry{}}
+	rt := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          0,
+		MaxIdleConnsPerHost:   max(p.MaxIdleConnsPerHost, 2),
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 0, // the probe's context bounds every request
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+	}
+	if secure {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if len(caBundle) > 0 {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(caBundle) {
+				return nil, NewFailure(ReasonInvalidCABundle, nil, "the CA bundle holds no PEM-encoded certificate")
+			}
+			cfg.RootCAs = pool
+		}
+		// Runs after the standard verification succeeded, on every new connection.
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) > 0 {
+				te.notAfter.Store(cs.PeerCertificates[0].NotAfter.UnixNano())
+			}
+			return nil
+		}
+		rt.TLSClientConfig = cfg
+		te.tlsCfg = cfg
+	}
+	te.rt = rt
+	return te, nil
+}
+
+func newClient(host string, secure bool, rt http.RoundTripper, e Endpoint) (*miniogo.Client, error) {
+	creds := credentials.NewStatic("", "", "", credentials.SignatureAnonymous)
+	if e.Credentials != nil {
+		creds = credentials.NewStaticV4(e.Credentials.AccessKeyID, e.Credentials.SecretAccessKey, "")
+	}
+	lookup := miniogo.BucketLookupAuto
+	switch e.Addressing {
+	case AddressingPath:
+		lookup = miniogo.BucketLookupPath
+	case AddressingVirtualHost:
+		lookup = miniogo.BucketLookupDNS
+	}
+	region := e.Region
+	if region == "" {
+		region = "us-east-1"
+	}
+	c, err := miniogo.New(host, &miniogo.Options{
+		Creds:        creds,
+		Secure:       secure,
+		Transport:    rt,
+		Region:       region, // always set: no bucket-location lookups
+		BucketLookup: lookup,
+		MaxRetries:   1, // one attempt: the schedule is the retry
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Talk to the AWS endpoint the spec names, not its dual-stack twin.
+	c.SetS3EnableDualstack(false)
+	return c, nil
+}
+
+// sweepLocked drops transports and clients that nobody used for IdleTTL, at most once
+// a minute.
+func (p *Pool) sweepLocked(now time.Time) {
+	if now.Sub(p.lastSweep) < time.Minute {
+		return
+	}
+	p.lastSweep = now
+	ttl := p.IdleTTL
+	if ttl <= 0 {
+		ttl = 15 * time.Minute
+	}
+	for tk, te := range p.transports {
+		for ck, ce := range te.clients {
+			if now.Sub(ce.used) > ttl {
+				delete(te.clients, ck)
+			}
+		}
+		if len(te.clients) == 0 && now.Sub(te.used) > ttl {
+			te.rt.CloseIdleConnections()
+			delete(p.transports, tk)
+		}
+	}
+}
+
+// Len returns the number of cached transports and clients, for tests and metrics.
+func (p *Pool) Len() (transports, clients int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, te := range p.transports {
+		transports++
+		clients += len(te.clients)
+	}
+	return transports, clients
+}
+
+func (e Endpoint) String() string { return fmt.Sprintf("Endpoint{%s}", e.URL) }

@@ -1,0 +1,326 @@
+package s3probe_test
+
+import (
+	"crypto/tls"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	miniogo "github.com/minio/minio-go/v7"
+
+	"github.com/phalanks/phalanks-operator/internal/s3probe"
+	"github.com/phalanks/phalanks-operator/test/harness/certs"
+	"github.com/phalanks/phalanks-operator/test/harness/minio"
+	"github.com/phalanks/phalanks-operator/test/harness/process"
+)
+
+// tlsServer serves 200 OK to every request over TLS with the given certificate.
+func tlsServer(t *testing.T, pair *certs.Pair) *httptest.Server {
+	t.Helper()
+	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// silentListener accepts connections and never answers.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+func closedPort(t *testing.T) string {
+	t.Helper()
+	port, err := process.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return process.HostPort(port)
+}
+
+func newProber() *s3probe.Prober {
+	return &s3probe.Prober{Pool: &s3probe.Pool{MaxIdleConnsPerHost: 4}}
+}
+
+// TestClassifiesRealFailures probes real sockets, TLS servers and MinIO into each
+// failure of the taxonomy.
+func TestClassifiesRealFailures(t *testing.T) {
+	ca, err := certs.NewCA("probe-test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(o certs.LeafOptions) *certs.Pair {
+		p, err := ca.Issue(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	valid := tlsServer(t, issue(certs.LeafOptions{CommonName: "ok", Hosts: []string{"127.0.0.1"}}))
+	expired := tlsServer(t, issue(certs.LeafOptions{CommonName: "old", Hosts: []string{"127.0.0.1"}, NotAfter: time.Now().Add(-time.Hour)}))
+	wrongHost := tlsServer(t, issue(certs.LeafOptions{CommonName: "elsewhere", Hosts: []string{"elsewhere.example"}}))
+	unavailable := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(unavailable.Close)
+	plainHTTP := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(plainHTTP.Close)
+	silent := silentListener(t)
+	refused := closedPort(t)
+
+	s3 := minio.StartForTest(t, minio.Options{})
+	ctx := t.Context()
+	if err := s3.MakeBucket(ctx, "present", miniogo.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	good := &s3probe.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey}
+
+	for name, tc := range map[string]struct {
+		target     s3probe.Target
+		wantReason s3probe.Reason
+		wantCheck  s3probe.Check
+		wantInMsg  string
+	}{
+		"a closed port is ConnectionRefused": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "http://" + refused}, Depth: s3probe.DepthHeadBucket},
+			wantReason: s3probe.ReasonConnectionRefused, wantCheck: s3probe.CheckReachable, wantInMsg: refused,
+		},
+		"a closed port refuses the Connect depth too": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "https://" + refused}, Depth: s3probe.DepthConnect},
+			wantReason: s3probe.ReasonConnectionRefused, wantCheck: s3probe.CheckReachable,
+		},
+		"a host name that does not resolve is DNSFailure": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "https://nonexistent.invalid"}, Depth: s3probe.DepthHeadBucket},
+			wantReason: s3probe.ReasonDNSFailure, wantCheck: s3probe.CheckReachable, wantInMsg: "nonexistent.invalid",
+		},
+		"the Connect depth dials the scheme's default port when the URL names none": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "https://nonexistent.invalid"}, Depth: s3probe.DepthConnect},
+			wantReason: s3probe.ReasonDNSFailure, wantCheck: s3probe.CheckReachable, wantInMsg: "nonexistent.invalid",
+		},
+		"an endpoint that never answers is Timeout": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "http://" + silent}, Depth: s3probe.DepthHeadBucket, Timeout: 300 * time.Millisecond},
+			wantReason: s3probe.ReasonTimeout, wantCheck: s3probe.CheckReachable, wantInMsg: "300ms",
+		},
+		"a TLS handshake that never completes is Timeout": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "https://" + silent}, Depth: s3probe.DepthConnect, Timeout: 300 * time.Millisecond},
+			wantReason: s3probe.ReasonTimeout, wantCheck: s3probe.CheckReachable,
+		},
+		"a certificate from a CA nobody trusts is TLSUnknownAuthority": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: valid.URL}, Depth: s3probe.DepthHeadBucket},
+			wantReason: s3probe.ReasonTLSUnknownAuthority, wantCheck: s3probe.CheckReachable, wantInMsg: "probe-test-ca",
+		},
+		"an unknown authority fails the Connect depth too": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: valid.URL}, Depth: s3probe.DepthConnect},
+			wantReason: s3probe.ReasonTLSUnknownAuthority, wantCheck: s3probe.CheckReachable,
+		},
+		"an expired certificate is CertificateExpired": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: expired.URL, CABundle: ca.CertPEM}, Depth: s3probe.DepthHeadBucket},
+			wantReason: s3probe.ReasonCertificateExpired, wantCheck: s3probe.CheckReachable, wantInMsg: "expired at",
+		},
+		"a certificate for another host is CertificateInvalid": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: wrongHost.URL, CABundle: ca.CertPEM}, Depth: s3probe.DepthConnect},
+			wantReason: s3probe.ReasonCertificateInvalid, wantCheck: s3probe.CheckReachable, wantInMsg: "elsewhere.example",
+		},
+		"an endpoint that does not speak TLS is TLSHandshakeFailed": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: strings.Replace(plainHTTP.URL, "http://", "https://", 1)}, Depth: s3probe.DepthHeadBucket},
+			wantReason: s3probe.ReasonTLSHandshakeFailed, wantCheck: s3probe.CheckReachable,
+		},
+		"a CA bundle without a certificate is InvalidCABundle": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: valid.URL, CABundle: []byte("not pem")}, Depth: s3probe.DepthHeadBucket},
+			wantReason: s3probe.ReasonInvalidCABundle, wantCheck: s3probe.CheckReachable,
+		},
+		"a 503 answer is ServerError": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: unavailable.URL}, Bucket: "present", Depth: s3probe.DepthHeadBucket},
+			wantReason: s3probe.ReasonServerError, wantCheck: s3probe.CheckReachable, wantInMsg: "Service Unavailable",
+		},
+		"a wrong secret key is InvalidCredentials": {
+			target: s3probe.Target{Endpoint: s3probe.Endpoint{URL: s3.URL, Credentials: &s3probe.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: "wrong-secret"}},
+				Bucket: "present", Depth: s3probe.DepthHeadBucket},
+			wantReason: s3probe.ReasonInvalidCredentials, wantCheck: s3probe.CheckAuthenticated, wantInMsg: "SignatureDoesNotMatch",
+		},
+		"an unknown access key is InvalidCredentials": {
+			target: s3probe.Target{Endpoint: s3probe.Endpoint{URL: s3.URL, Credentials: &s3probe.Credentials{AccessKeyID: "nobody", SecretAccessKey: "wrong-secret"}},
+				Bucket: "present", Depth: s3probe.DepthList},
+			wantReason: s3probe.ReasonInvalidCredentials, wantCheck: s3probe.CheckAuthenticated, wantInMsg: "InvalidAccessKeyId",
+		},
+		"an anonymous request to a private bucket is AccessDenied": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: s3.URL}, Bucket: "present", Depth: s3probe.DepthHeadBucket},
+			wantReason: s3probe.ReasonAccessDenied, wantCheck: s3probe.CheckAuthenticated, wantInMsg: "present",
+		},
+		"a missing bucket is NoSuchBucket": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: s3.URL, Credentials: good}, Bucket: "absent", Depth: s3probe.DepthHeadBucket},
+			wantReason: s3probe.ReasonNoSuchBucket, wantCheck: s3probe.CheckBucketAvailable, wantInMsg: `"absent"`,
+		},
+		"a missing bucket is NoSuchBucket for the List depth too": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: s3.URL, Credentials: good}, Bucket: "absent", Depth: s3probe.DepthList},
+			wantReason: s3probe.ReasonNoSuchBucket, wantCheck: s3probe.CheckBucketAvailable,
+		},
+		"a request signed for another region is WrongRegion naming the server's region": {
+			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: s3.URL, Credentials: good, Region: "eu-west-1"}, Bucket: "present", Depth: s3probe.DepthHeadBucket},
+			wantReason: s3probe.ReasonWrongRegion, wantCheck: s3probe.CheckBucketAvailable, wantInMsg: `"us-east-1"`,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if tc.target.Timeout == 0 {
+				tc.target.Timeout = 5 * time.Second
+			}
+			if tc.target.Bucket == "" {
+				tc.target.Bucket = "any-bucket"
+			}
+			res := newProber().Probe(ctx, tc.target)
+			f := res.Failure
+			if f == nil {
+				t.Fatalf("probe passed, want %s", tc.wantReason)
+			}
+			if f.Reason != tc.wantReason || f.Check != tc.wantCheck {
+				t.Fatalf("got %s/%s (%s; cause %v), want %s/%s", f.Check, f.Reason, f.Message, f.Unwrap(), tc.wantCheck, tc.wantReason)
+			}
+			if !strings.Contains(f.Message, tc.wantInMsg) {
+				t.Errorf("message %q does not mention %q", f.Message, tc.wantInMsg)
+			}
+			if strings.Contains(f.Message, s3.SecretKey) || strings.Contains(f.Message, "wrong-secret") {
+				t.Errorf("message %q holds a secret key", f.Message)
+			}
+		})
+	}
+}
+
+func TestExpiredCertificateReportsItsNotAfter(t *testing.T) {
+	ca, err := certs.NewCA("expiry-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAfter := time.Now().Add(-2 * time.Hour).Truncate(time.Second)
+	pair, err := ca.Issue(certs.LeafOptions{CommonName: "old", Hosts: []string{"127.0.0.1"}, NotAfter: notAfter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := tlsServer(t, pair)
+	res := newProber().Probe(t.Context(), s3probe.Target{Endpoint: s3probe.Endpoint{URL: srv.URL, CABundle: ca.CertPEM},
+		Bucket: "any-bucket", Depth: s3probe.DepthConnect, Timeout: 5 * time.Second})
+	if res.Failure == nil || res.Failure.Reason != s3probe.ReasonCertificateExpired {
+		t.Fatalf("got %+v, want CertificateExpired", res.Failure)
+	}
+	if !res.CertNotAfter.Equal(notAfter) {
+		t.Errorf("certNotAfter = %v, want %v", res.CertNotAfter, notAfter)
+	}
+}
+
+func TestRepeatedFailuresKeepTheSameMessage(t *testing.T) {
+	silent := silentListener(t)
+	refused := closedPort(t)
+	p := newProber()
+	for _, target := range []s3probe.Target{
+		{Endpoint: s3probe.Endpoint{URL: "http://" + refused}, Depth: s3probe.DepthHeadBucket},
+		{Endpoint: s3probe.Endpoint{URL: "http://" + silent}, Depth: s3probe.DepthHeadBucket},
+	} {
+		target.Bucket, target.Timeout = "any-bucket", 200*time.Millisecond
+		first := p.Probe(t.Context(), target).Failure
+		second := p.Probe(t.Context(), target).Failure
+		if first == nil || second == nil || first.Message != second.Message {
+			t.Errorf("messages differ between two probes of %s: %v / %v", target.URL, first, second)
+		}
+	}
+}
+
+func TestHealthyBucketPassesEveryDepth(t *testing.T) {
+	s3 := minio.StartForTest(t, minio.Options{TLS: true})
+	ctx := t.Context()
+	if err := s3.MakeBucket(ctx, "healthy", miniogo.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := newProber()
+	for _, depth := range []s3probe.Depth{s3probe.DepthConnect, s3probe.DepthHeadBucket, s3probe.DepthList, s3probe.DepthReadWrite} {
+		res := p.Probe(ctx, s3probe.Target{
+			Endpoint: s3probe.Endpoint{URL: s3.URL, CABundle: s3.CAPEM,
+				Credentials: &s3probe.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey}},
+			Bucket: "healthy", Depth: depth, Timeout: 5 * time.Second, CanaryKey: ".phalanks-probe/test",
+		})
+		if res.Failure != nil {
+			t.Errorf("%s: %v (cause %v)", depth, res.Failure, res.Failure.Unwrap())
+		}
+		if res.CertNotAfter.IsZero() || res.CertNotAfter.Before(time.Now()) {
+			t.Errorf("%s: certNotAfter = %v, want the server certificate's future expiry", depth, res.CertNotAfter)
+		}
+	}
+	if tr, cl := p.Pool.Len(); tr != 1 || cl != 1 {
+		t.Errorf("pool holds %d transports and %d clients, want one of each for one endpoint and key pair", tr, cl)
+	}
+}
+
+func TestReadWriteLeavesNoCanaryBehind(t *testing.T) {
+	s3 := minio.StartForTest(t, minio.Options{})
+	ctx := t.Context()
+	admin, err := s3.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s3.MakeBucket(ctx, "plain", miniogo.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s3.MakeBucket(ctx, "versioned", miniogo.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.EnableVersioning(ctx, "versioned"); err != nil {
+		t.Fatal(err)
+	}
+	p := newProber()
+	for _, bucket := range []string{"plain", "versioned"} {
+		for range 3 {
+			res := p.Probe(ctx, s3probe.Target{
+				Endpoint: s3probe.Endpoint{URL: s3.URL, Credentials: &s3probe.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey}},
+				Bucket:   bucket, Depth: s3probe.DepthReadWrite, Timeout: 5 * time.Second, CanaryKey: ".phalanks-probe/uid-1",
+			})
+			if res.Failure != nil {
+				t.Fatalf("%s: %v", bucket, res.Failure)
+			}
+		}
+		var left []string
+		for obj := range admin.ListObjectsIter(ctx, bucket, miniogo.ListObjectsOptions{WithVersions: true, Recursive: true}) {
+			if obj.Err != nil {
+				t.Fatal(obj.Err)
+			}
+			left = append(left, obj.Key+"@"+obj.VersionID)
+		}
+		if len(left) != 0 {
+			t.Errorf("%s: the canary left versions or delete markers behind: %v", bucket, left)
+		}
+	}
+}
+
+func TestCredentialsNeverPrint(t *testing.T) {
+	c := s3probe.Credentials{AccessKeyID: "AKIA-visible", SecretAccessKey: "s3cr3t"}
+	for _, s := range []string{c.String(), c.GoString(), strings.Join([]string{(&c).String()}, "")} {
+		if strings.Contains(s, "s3cr3t") || strings.Contains(s, "AKIA-visible") {
+			t.Errorf("credentials printed as %q", s)
+		}
+	}
+}

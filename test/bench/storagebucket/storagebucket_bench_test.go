@@ -1,0 +1,678 @@
+// Package storagebucket_test benchmarks StorageBucket probing at scale: 5,000 buckets
+// on a local MinIO, probed every 30 seconds by the manager binary against envtest,
+// side by side with the seed-style naive design (./naive) and a raw minio-go HeadBucket
+// loop at the same concurrency, all in the same run.
+package storagebucket_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	miniogo "github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/test/harness/certs"
+	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+	"github.com/phalanks/phalanks-operator/test/harness/minio"
+	"github.com/phalanks/phalanks-operator/test/harness/process"
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
+)
+
+// The scenario. PHALANKS_BENCH_BUCKETS overrides the bucket count for quick trials.
+const (
+	defaultBuckets = 5000
+	interval       = 30 * time.Second
+	windows        = 3 // intervals measured in steady state
+	concurrency    = 16
+	onTime         = time.Second // a probe is on time when it starts at most this long after its due time
+	namespace      = "bench"
+)
+
+func BenchmarkStorageBucketProbing(b *testing.B) {
+	for range b.N {
+		runScenario(b)
+	}
+}
+
+func runScenario(b *testing.B) {
+	n := defaultBuckets
+	if v := os.Getenv("PHALANKS_BENCH_BUCKETS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sc := setup(b, n)
+
+	progress("operator: starting bin/manager")
+	op := sc.start(b, "manager", sc.managerBin, "--leader-elect", "--leader-elect-namespace", "phalanks-system",
+		"--storagebucket-concurrency", strconv.Itoa(concurrency), "--metrics-secure=false")
+	waitFor(b, "every bucket Ready", 10*time.Minute, func() bool { return op.metric("phalanks_storagebucket_up", nil) >= float64(n) })
+	progress("operator: all %d buckets Ready; warming up for one interval", n)
+	time.Sleep(interval)
+	opRes := sc.measure(b, op, windows*interval)
+
+	// Capacity, twice, each time next to a raw HeadBucket loop: a Secret rotation makes
+	// every bucket due at once, and the operator's rate while it works through them is
+	// its probe capacity. The operator keeps probing on schedule during the raw loop, so
+	// the raw side counts those probes too.
+	var opRates, rawRates []float64
+	var opCPU, rawCPU []time.Duration
+	var burst time.Duration
+	for round := 1; round <= 2; round++ {
+		progress("capacity round %d: raw HeadBucket loop at concurrency %d", round, concurrency)
+		bg := op.metric("phalanks_storagebucket_probes_total", nil)
+		t := time.Now()
+		raw, cpu := sc.rawLoop(b, n, 15*time.Second)
+		background := (op.metric("phalanks_storagebucket_probes_total", nil) - bg) / time.Since(t).Seconds()
+		rawRates, rawCPU = append(rawRates, raw+background), append(rawCPU, cpu)
+		progress("capacity round %d: rotating the credentials Secret, so every bucket is due at once", round)
+		var rate float64
+		rate, cpu, burst = sc.reprobeAll(b, op, n, round)
+		opRates, opCPU = append(opRates, rate), append(opCPU, cpu)
+	}
+	op.stop()
+
+	progress("naive: starting the seed-style baseline")
+	nv := sc.start(b, "naive", sc.naiveBin, "--concurrency", strconv.Itoa(concurrency), "--interval", interval.String())
+	waitFor(b, "every bucket probed once", 10*time.Minute, func() bool {
+		return nv.metric("phalanks_storagebucket_probes_total", nil) >= float64(n)
+	})
+	progress("naive: all buckets probed; warming up for one interval")
+	time.Sleep(interval)
+	nvRes := sc.measure(b, nv, windows*interval)
+	nv.stop()
+
+	report(b, n, opRes, nvRes, capacityResult{op: mean(opRates), raw: mean(rawRates), burst: burst,
+		opCPU: (opCPU[0] + opCPU[1]) / 2, rawCPU: (rawCPU[0] + rawCPU[1]) / 2})
+}
+
+// reprobeAll rotates the credentials Secret and returns the operator's sustained probe
+// rate while it re-probes every bucket: all its probes between the samples where 10 %
+// and 90 % of the re-probes were done, which leaves out the trigger's latency and the
+// tail of the last workers. It also returns the operator's CPU time per probe over the
+// whole re-probe, and how long that took.
+func (sc *scenario) reprobeAll(b *testing.B, op *proc, n, round int) (rate float64, cpuPerProbe time.Duration, total time.Duration) {
+	ctx := context.Background()
+	take := func() sample {
+		return sample{at: time.Now(), inputs: op.metric("phalanks_storagebucket_probes_total", map[string]string{"cause": "inputs"}),
+			all: op.metric("phalanks_storagebucket_probes_total", nil)}
+	}
+	base := take()
+	cpuBefore := procCPUTicks(op.p.PID())
+	sec := &corev1.Secret{}
+	must(b, sc.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "s3"}, sec))
+	sec.Annotations = map[string]string{"rotated": strconv.Itoa(round)}
+	must(b, sc.k8s.Update(ctx, sec))
+	start := time.Now()
+	var samples []sample
+	waitFor(b, "every bucket re-probed", 10*time.Minute, func() bool {
+		s := take()
+		samples = append(samples, s)
+		return s.inputs-base.inputs >= float64(n)
+	})
+	total = time.Since(start)
+	end := samples[len(samples)-1]
+	cpuPerProbe = seconds((procCPUTicks(op.p.PID()) - cpuBefore) / clockTicks() / (end.all - base.all))
+	var first, last *sample
+	for i := range samples {
+		done := samples[i].inputs - base.inputs
+		if first == nil && done >= 0.1*float64(n) {
+			first = &samples[i]
+		}
+		if done <= 0.9*float64(n) {
+			last = &samples[i]
+		}
+	}
+	if first == nil || last == nil || !last.at.After(first.at) {
+		// Too fast to sample inside the burst: fall back to the whole re-probe.
+		return (end.all - base.all) / total.Seconds(), cpuPerProbe, total
+	}
+	return (last.all - first.all) / last.at.Sub(first.at).Seconds(), cpuPerProbe, total
+}
+
+func mean(xs []float64) float64 {
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
+}
+
+// sample is a point of the re-probe burst.
+type sample struct {
+	at          time.Time
+	inputs, all float64
+}
+
+// scenario is what every phase shares.
+type scenario struct {
+	env        *envtest.Env
+	k8s        client.Client
+	s3         *minio.Server
+	kubeconfig string
+	managerBin string
+	naiveBin   string
+	dir        string
+	auditLog   string
+	buckets    []string
+}
+
+// controllerUser is the identity both controllers under test run as.
+const controllerUser = "bench-controller"
+
+// auditPolicy records the mutating requests of controllerUser, at metadata level.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  users: ["` + controllerUser + `"]
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+`
+
+// auditWrites counts controllerUser's completed writes between from and to, by
+// resource (with "/subresource").
+func (sc *scenario) auditWrites(b *testing.B, from, to time.Time) map[string]float64 {
+	data, err := os.ReadFile(sc.auditLog)
+	must(b, err)
+	out := map[string]float64{}
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var e struct {
+			Stage          string    `json:"stage"`
+			StageTimestamp time.Time `json:"stageTimestamp"`
+			User           struct {
+				Username string `json:"username"`
+			} `json:"user"`
+			ObjectRef struct {
+				Resource    string `json:"resource"`
+				Subresource string `json:"subresource"`
+			} `json:"objectRef"`
+		}
+		must(b, json.Unmarshal(line, &e))
+		if e.Stage != "ResponseComplete" || e.User.Username != controllerUser || e.StageTimestamp.Before(from) || e.StageTimestamp.After(to) {
+			continue
+		}
+		key := e.ObjectRef.Resource
+		if e.ObjectRef.Subresource != "" {
+			key += "/" + e.ObjectRef.Subresource
+		}
+		out[key]++
+	}
+	return out
+}
+
+func setup(b *testing.B, n int) *scenario {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(phalanksv1beta1.AddToScheme(scheme))
+	// The API server audits the writes of the controller under test (and nothing else),
+	// so writes per probe count exactly its requests.
+	dir := b.TempDir()
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	must(b, os.WriteFile(policy, []byte(auditPolicy), 0o600))
+	audit := filepath.Join(dir, "audit.log")
+	env, err := envtest.Start(envtest.Options{Scheme: scheme, APIServerArgs: map[string][]string{
+		"audit-policy-file": {policy}, "audit-log-path": {audit}, "audit-log-format": {"json"},
+		"audit-log-maxsize": {"0"},
+	}})
+	must(b, err)
+	b.Cleanup(func() { _ = env.Stop() })
+	sc := &scenario{env: env, k8s: env.Client, dir: dir, auditLog: audit}
+	sc.s3, err = minio.Start(minio.Options{Dir: b.TempDir()})
+	must(b, err)
+	b.Cleanup(func() { _ = sc.s3.Stop() })
+
+	progress("setup: building bin/manager and the naive baseline")
+	root, err := tools.RepoRoot()
+	must(b, err)
+	sc.managerBin = filepath.Join(sc.dir, "manager")
+	sc.naiveBin = filepath.Join(sc.dir, "naive")
+	for bin, pkg := range map[string]string{sc.managerBin: ".", sc.naiveBin: "./test/bench/storagebucket/naive"} {
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	kc, err := env.KubeconfigUser(controllerUser, "system:masters")
+	must(b, err)
+	sc.kubeconfig = filepath.Join(sc.dir, "kubeconfig")
+	must(b, os.WriteFile(sc.kubeconfig, kc, 0o600))
+
+	progress("setup: %d buckets in MinIO and %d StorageBuckets", n, n)
+	for _, ns := range []string{namespace, "phalanks-system"} {
+		must(b, sc.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	}
+	must(b, sc.k8s.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "s3"},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": sc.s3.AccessKey, "AWS_SECRET_ACCESS_KEY": sc.s3.SecretKey},
+	}))
+	for i := range n {
+		sc.buckets = append(sc.buckets, fmt.Sprintf("bench-%05d", i))
+	}
+	parallel(b, sc.buckets, func(name string) error {
+		if err := sc.s3.MakeBucket(ctx, name, miniogo.MakeBucketOptions{}); err != nil {
+			return err
+		}
+		return sc.k8s.Create(ctx, &phalanksv1beta1.StorageBucket{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+			Spec: phalanksv1beta1.StorageBucketSpec{
+				BucketName: name, Endpoint: sc.s3.URL, InsecureAllowHTTP: true, Region: sc.s3.Region,
+				CredentialsSecretRef: &phalanksv1beta1.CredentialsSecretReference{Name: "s3"},
+				HealthCheck: phalanksv1beta1.HealthCheck{
+					Interval: &metav1.Duration{Duration: interval},
+					Timeout:  &metav1.Duration{Duration: 5 * time.Second},
+					Depth:    phalanksv1beta1.ProbeHeadBucket,
+				},
+			},
+		})
+	})
+	return sc
+}
+
+// proc is a controller process under measurement.
+type proc struct {
+	p       *process.Process
+	metrics string
+}
+
+func (sc *scenario) start(b *testing.B, name, bin string, args ...string) *proc {
+	ports := make([]int, 3)
+	for i := range ports {
+		var err error
+		ports[i], err = process.FreePort()
+		must(b, err)
+	}
+	certDir := filepath.Join(sc.dir, name+"-certs")
+	ca, err := certs.NewCA("bench-webhook")
+	must(b, err)
+	pair, err := ca.Issue(certs.LeafOptions{CommonName: "webhook", Hosts: []string{"127.0.0.1"}})
+	must(b, err)
+	must(b, pair.Write(certDir, "tls.crt", "tls.key"))
+	args = append([]string{"--kubeconfig", sc.kubeconfig, "--metrics-bind-address", process.HostPort(ports[0])}, args...)
+	if name == "manager" {
+		args = append(args, "--health-probe-bind-address", process.HostPort(ports[1]),
+			"--webhook-port", strconv.Itoa(ports[2]), "--webhook-cert-dir", certDir)
+	}
+	p := &proc{
+		p:       &process.Process{Name: name, Path: bin, Args: args, LogPath: filepath.Join(sc.dir, name+".log")},
+		metrics: "http://" + process.HostPort(ports[0]) + "/metrics",
+	}
+	must(b, p.p.Start())
+	b.Cleanup(p.stop)
+	must(b, process.WaitFor(p.p, time.Minute, func() error { _, err := p.scrape(); return err }))
+	return p
+}
+
+func (p *proc) stop() { _ = p.p.Stop(30 * time.Second) }
+
+func (p *proc) scrape() (map[string]*dto.MetricFamily, error) {
+	resp, err := http.Get(p.metrics)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// metric sums a counter, gauge or histogram count over the series matching labels.
+func (p *proc) metric(name string, labels map[string]string) float64 {
+	fams, err := p.scrape()
+	if err != nil {
+		return math.NaN()
+	}
+	return sumFamily(fams[name], labels)
+}
+
+func sumFamily(f *dto.MetricFamily, labels map[string]string) float64 {
+	total := 0.0
+	if f == nil {
+		return 0
+	}
+	for _, m := range f.GetMetric() {
+		if !matches(m, labels) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			total += m.Counter.GetValue()
+		case m.Gauge != nil:
+			total += m.Gauge.GetValue()
+		case m.Histogram != nil:
+			total += float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return total
+}
+
+func matches(m *dto.Metric, labels map[string]string) bool {
+	have := map[string]string{}
+	for _, l := range m.GetLabel() {
+		have[l.GetName()] = l.GetValue()
+	}
+	for k, v := range labels {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// snapshot is what a measurement window compares.
+type snapshot struct {
+	at       time.Time
+	fams     map[string]*dto.MetricFamily
+	cpuTicks float64
+}
+
+// result of one steady-state window.
+type result struct {
+	probes         float64
+	demanded       float64
+	onTimeShare    float64
+	p50, p99       time.Duration
+	writesPerProbe float64
+	objectWrites   float64 // StorageBucket, status and event writes
+	writes         map[string]float64
+	rssMiB, hwmMiB float64
+	cpuCores       float64
+}
+
+func (sc *scenario) measure(b *testing.B, p *proc, d time.Duration) result {
+	progress("%s: measuring for %s", p.p.Name, d)
+	before := sc.snapshot(b, p)
+	var maxRSS float64
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		maxRSS = math.Max(maxRSS, procStatusMiB(p.p.PID(), "VmRSS"))
+		time.Sleep(time.Second)
+	}
+	after := sc.snapshot(b, p)
+	elapsed := after.at.Sub(before.at).Seconds()
+
+	res := result{writes: map[string]float64{}, rssMiB: maxRSS, hwmMiB: procStatusMiB(p.p.PID(), "VmHWM")}
+	res.probes = sumFamily(after.fams["phalanks_storagebucket_probes_total"], nil) - sumFamily(before.fams["phalanks_storagebucket_probes_total"], nil)
+	res.demanded = float64(len(sc.buckets)) * elapsed / interval.Seconds()
+	buckets, count := histogramDelta(before.fams["phalanks_storagebucket_probe_lateness_seconds"], after.fams["phalanks_storagebucket_probe_lateness_seconds"])
+	res.onTimeShare = cumulativeAt(buckets, onTime.Seconds()) / count
+	res.p50 = quantile(buckets, count, 0.50)
+	res.p99 = quantile(buckets, count, 0.99)
+	res.writes = sc.auditWrites(b, before.at, after.at)
+	res.objectWrites = res.writes["storagebuckets"] + res.writes["storagebuckets/status"] + res.writes["events"]
+	res.writesPerProbe = res.objectWrites / res.probes
+	res.cpuCores = (after.cpuTicks - before.cpuTicks) / clockTicks() / elapsed
+	return res
+}
+
+func (sc *scenario) snapshot(b *testing.B, p *proc) snapshot {
+	fams, err := p.scrape()
+	must(b, err)
+	return snapshot{at: time.Now(), fams: fams, cpuTicks: procCPUTicks(p.p.PID())}
+}
+
+type bucketCount struct {
+	le    float64
+	count float64
+}
+
+func histogramDelta(before, after *dto.MetricFamily) ([]bucketCount, float64) {
+	prev := map[float64]float64{}
+	var prevCount float64
+	if before != nil && len(before.GetMetric()) > 0 {
+		h := before.GetMetric()[0].GetHistogram()
+		prevCount = float64(h.GetSampleCount())
+		for _, bk := range h.GetBucket() {
+			prev[bk.GetUpperBound()] = float64(bk.GetCumulativeCount())
+		}
+	}
+	if after == nil || len(after.GetMetric()) == 0 {
+		return nil, 0
+	}
+	h := after.GetMetric()[0].GetHistogram()
+	var out []bucketCount
+	for _, bk := range h.GetBucket() {
+		out = append(out, bucketCount{le: bk.GetUpperBound(), count: float64(bk.GetCumulativeCount()) - prev[bk.GetUpperBound()]})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].le < out[j].le })
+	return out, float64(h.GetSampleCount()) - prevCount
+}
+
+func cumulativeAt(buckets []bucketCount, le float64) float64 {
+	for _, bk := range buckets {
+		if bk.le == le {
+			return bk.count
+		}
+	}
+	return math.NaN()
+}
+
+// quantile interpolates linearly inside the bucket holding the rank, as Prometheus'
+// histogram_quantile does.
+func quantile(buckets []bucketCount, count, q float64) time.Duration {
+	rank := q * count
+	lower, below := 0.0, 0.0
+	for _, bk := range buckets {
+		if bk.count >= rank {
+			if bk.count == below {
+				return seconds(bk.le)
+			}
+			return seconds(lower + (bk.le-lower)*(rank-below)/(bk.count-below))
+		}
+		lower, below = bk.le, bk.count
+	}
+	return seconds(lower) // beyond the last bucket: at least this
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// rawLoop runs HeadBucket on the buckets in turn from concurrency goroutines for d, over
+// one shared transport, and returns the probes per second and the CPU time per probe
+// (of this whole process, which does nothing else meanwhile).
+func (sc *scenario) rawLoop(b *testing.B, n int, d time.Duration) (float64, time.Duration) {
+	c, err := miniogo.New(sc.s3.Endpoint, &miniogo.Options{
+		Creds:      credentials.NewStaticV4(sc.s3.AccessKey, sc.s3.SecretKey, ""),
+		Region:     sc.s3.Region,
+		Transport:  &http.Transport{MaxIdleConnsPerHost: concurrency, IdleConnTimeout: 90 * time.Second},
+		MaxRetries: 1,
+	})
+	must(b, err)
+	var done, next atomic.Int64
+	var failed atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	start := time.Now()
+	cpuBefore := procCPUTicks(os.Getpid())
+	for range concurrency {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := next.Add(1) % int64(n)
+				pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := c.BucketExists(pctx, sc.buckets[i])
+				pcancel()
+				if ctx.Err() != nil {
+					return
+				}
+				if err != nil {
+					failed.Add(1)
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		b.Fatalf("raw loop: %d of %d HeadBucket requests failed", failed.Load(), done.Load())
+	}
+	cpu := seconds((procCPUTicks(os.Getpid()) - cpuBefore) / clockTicks() / float64(done.Load()))
+	return float64(done.Load()) / time.Since(start).Seconds(), cpu
+}
+
+// capacityResult compares the operator's probe capacity with the raw loop's.
+type capacityResult struct {
+	op, raw       float64 // probes per second
+	burst         time.Duration
+	opCPU, rawCPU time.Duration // CPU time per probe
+}
+
+func report(b *testing.B, n int, op, nv result, c capacityResult) {
+	capacity, raw, burst := c.op, c.raw, c.burst
+	b.ReportMetric(100*op.onTimeShare, "ontime_%")
+	b.ReportMetric(ms(op.p50), "p50_late_ms")
+	b.ReportMetric(ms(op.p99), "p99_late_ms")
+	b.ReportMetric(op.writesPerProbe, "writes/probe")
+	b.ReportMetric(op.writes["leases"]/op.probes, "lease_writes/probe")
+	b.ReportMetric(op.rssMiB, "rss_MiB")
+	b.ReportMetric(op.cpuCores, "cpu_cores")
+	b.ReportMetric(capacity, "capacity_probes/s")
+	b.ReportMetric(raw, "raw_probes/s")
+	b.ReportMetric(capacity/raw, "capacity/raw")
+	b.ReportMetric(float64(c.opCPU.Microseconds()), "cpu_us/probe")
+	b.ReportMetric(float64(c.rawCPU.Microseconds()), "raw_cpu_us/probe")
+	b.ReportMetric(100*nv.onTimeShare, "naive_ontime_%")
+	b.ReportMetric(ms(nv.p50), "naive_p50_late_ms")
+	b.ReportMetric(ms(nv.p99), "naive_p99_late_ms")
+	b.ReportMetric(nv.writesPerProbe, "naive_writes/probe")
+	b.ReportMetric(nv.rssMiB, "naive_rss_MiB")
+	b.ReportMetric(nv.cpuCores, "naive_cpu_cores")
+
+	row := func(name string, r result) string {
+		return fmt.Sprintf("| %s | %.0f of %.0f | %.2f %% | %.1f ms | %.0f ms | %.4f (%.0f status/event, %.0f lease) | %.0f (peak %.0f) | %.3f |",
+			name, r.probes, r.demanded, 100*r.onTimeShare, ms(r.p50), ms(r.p99),
+			r.writesPerProbe, r.objectWrites, r.writes["leases"], r.rssMiB, r.hwmMiB, r.cpuCores)
+	}
+	fmt.Printf("\n%d StorageBuckets, HeadBucket every %s, %d intervals measured, concurrency %d\n\n", n, interval, windows, concurrency)
+	fmt.Println("| design | probes in window | on time (≤ 1 s late) | p50 lateness | p99 lateness | writes per probe | RSS MiB | CPU cores |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println(row("operator (bin/manager)", op))
+	fmt.Println(row("naive seed-style baseline", nv))
+	fmt.Printf("\nProbe capacity (mean of two rounds): operator %.0f probes/s (all %d buckets re-probed in %s after the last Secret rotation), "+
+		"raw HeadBucket loop %.0f probes/s: %.0f %%\n", capacity, n, burst.Round(10*time.Millisecond), raw, 100*capacity/raw)
+	fmt.Printf("CPU per probe: operator %s, raw loop %s\n\n", c.opCPU.Round(time.Microsecond), c.rawCPU.Round(time.Microsecond))
+}
+
+// procStatusMiB reads a memory field (VmRSS, VmHWM) of a process in MiB.
+func procStatusMiB(pid int, field string) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return math.NaN()
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, field+":") {
+			f := strings.Fields(line)
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return math.NaN()
+}
+
+// procCPUTicks reads utime+stime of a process in clock ticks.
+func procCPUTicks(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return math.NaN()
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	rest := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
+	utime, _ := strconv.ParseFloat(rest[11], 64)
+	stime, _ := strconv.ParseFloat(rest[12], 64)
+	return utime + stime
+}
+
+func clockTicks() float64 {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err != nil {
+		return 100
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+	if err != nil {
+		return 100
+	}
+	return v
+}
+
+func parallel(b *testing.B, items []string, f func(string) error) {
+	var wg sync.WaitGroup
+	work := make(chan string)
+	var mu sync.Mutex
+	var firstErr error
+	for range concurrency {
+		wg.Go(func() {
+			for it := range work {
+				if err := f(it); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("%s: %w", it, err)
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, it := range items {
+		work <- it
+	}
+	close(work)
+	wg.Wait()
+	must(b, firstErr)
+}
+
+func waitFor(b *testing.B, what string, timeout time.Duration, cond func() bool) {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		// Each poll scrapes the controller's metrics (5,000 "up" series), which costs
+		// it CPU; once a second keeps that small.
+		time.Sleep(time.Second)
+	}
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format(time.TimeOnly), fmt.Sprintf(format, args...))
+}
+
+func must(b *testing.B, err error) {
+	b.Helper()
+	if err != nil {
+		b.Fatal(err)
+	}
+}

@@ -1,0 +1,92 @@
+package storagebucket_test
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+	"github.com/phalanks/phalanks-operator/test/harness/minio"
+)
+
+var _ = Describe("Two managers with leader election", func() {
+	It("lets only the leader probe, and the other takes over within the lease duration when the leader dies", func() {
+		// A Manage bucket with deletionPolicy Delete exercises every permission: status,
+		// finalizer, events, Secrets.
+		ctx := context.Background()
+		env, err := envtest.Start(envtest.Options{Scheme: scheme})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(env.Stop)
+		c := env.Client
+		s3 := minio.StartForTest(GinkgoT(), minio.Options{})
+		for _, ns := range []string{"phalanks-system", "team"} {
+			Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		}
+		Expect(c.Create(ctx, credentialsSecret("team", s3))).To(Succeed())
+		sb := storageBucket("team", "elected", "elected-bucket", s3)
+		sb.Spec.DeletionPolicy = phalanksv1beta1.DeletionDelete
+		Expect(c.Create(ctx, sb)).To(Succeed())
+
+		// The managers run with exactly the RBAC that config/rbac grants.
+		grantManagerRBAC(c, "phalanks-manager", "phalanks-system")
+		kubeconfig, err := env.KubeconfigUser("phalanks-manager")
+		Expect(err).NotTo(HaveOccurred())
+		path := writeKubeconfig(kubeconfig)
+		const lease, retry = 4 * time.Second, 500 * time.Millisecond
+		flags := []string{"--leader-elect", "--leader-elect-namespace", "phalanks-system",
+			"--leader-elect-lease-duration", lease.String(), "--leader-elect-renew-deadline", "3s",
+			"--leader-elect-retry-period", retry.String()}
+		a := startManager("manager-a", path, flags...)
+		b := startManager("manager-b", path, flags...)
+
+		By("electing one leader, which probes")
+		var leader, follower *manager
+		Eventually(func() bool {
+			switch {
+			case a.leading():
+				leader, follower = a, b
+			case b.leading():
+				leader, follower = b, a
+			}
+			return leader != nil
+		}).WithTimeout(time.Minute).Should(BeTrue())
+		eventuallyReady(c, sb, metav1.ConditionTrue, "BucketReady", time.Minute)
+
+		By("keeping the follower idle while the leader probes every interval")
+		before := leader.probes()
+		Eventually(leader.probes).WithTimeout(30 * time.Second).Should(BeNumerically(">=", before+2))
+		Expect(follower.probes()).To(BeZero(), "the follower probed")
+		Expect(follower.leading()).To(BeFalse())
+
+		By("killing the leader")
+		leader.proc.Kill()
+		killed := time.Now()
+		Eventually(follower.leading).WithTimeout(lease + 10*time.Second).WithPolling(100 * time.Millisecond).Should(BeTrue())
+		tookOver := time.Since(killed)
+		GinkgoWriter.Printf("the follower took over %s after the leader was killed (lease %s)\n", tookOver, lease)
+		// client-go counts the lease from when the follower saw the last renewal, and the
+		// follower polls every retry period (with up to 20% jitter): up to two retry
+		// periods come on top of the lease.
+		Expect(tookOver).To(BeNumerically("<=", lease+2*retry+retry/2))
+		Eventually(follower.probes).WithTimeout(30 * time.Second).Should(BeNumerically(">=", 2))
+		eventuallyReady(c, sb, metav1.ConditionTrue, "BucketReady", 30*time.Second)
+
+		By("deleting the bucket with the StorageBucket, through the finalizer")
+		Expect(c.Delete(ctx, sb)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(sb), sb)) }).
+			WithTimeout(30 * time.Second).Should(BeTrue())
+		admin, err := s3.Client()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(admin.BucketExists(ctx, "elected-bucket")).To(BeFalse())
+		Expect(a.log() + b.log()).NotTo(ContainSubstring("forbidden"))
+
+		expectNoSecrets(a.log()+b.log(), s3.SecretKey, s3.AccessKey)
+	})
+})

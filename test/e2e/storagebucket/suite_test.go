@@ -1,0 +1,262 @@
+// Package storagebucket_test runs the manager binary as a separate process against a
+// real API server and MinIO: leader election between two replicas, and an API server
+// restart on the local cluster harness.
+package storagebucket_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/test/harness/certs"
+	"github.com/phalanks/phalanks-operator/test/harness/minio"
+	"github.com/phalanks/phalanks-operator/test/harness/process"
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
+)
+
+func TestStorageBucketE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "StorageBucket with the manager binary")
+}
+
+var (
+	managerBin string
+	scheme     = runtime.NewScheme()
+)
+
+var _ = BeforeSuite(func() {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(phalanksv1beta1.AddToScheme(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+	root, err := tools.RepoRoot()
+	Expect(err).NotTo(HaveOccurred())
+	managerBin = filepath.Join(GinkgoT().TempDir(), "manager")
+	build := exec.Command("go", "build", "-o", managerBin, ".")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
+})
+
+// manager is one manager process and its metrics endpoint.
+type manager struct {
+	proc    *process.Process
+	metrics string
+}
+
+// startManager runs the manager binary with a kubeconfig, plain-HTTP metrics on a free
+// port, debug logs, and extra flags.
+func startManager(name, kubeconfig string, extra ...string) *manager {
+	GinkgoHelper()
+	dir := GinkgoT().TempDir()
+	ca, err := certs.NewCA("webhook-ca")
+	Expect(err).NotTo(HaveOccurred())
+	pair, err := ca.Issue(certs.LeafOptions{CommonName: "webhook", Hosts: []string{"127.0.0.1"}})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(pair.Write(dir, "tls.crt", "tls.key")).To(Succeed())
+	ports := make([]int, 3)
+	for i := range ports {
+		ports[i], err = process.FreePort()
+		Expect(err).NotTo(HaveOccurred())
+	}
+	m := &manager{metrics: "http://" + process.HostPort(ports[1]) + "/metrics"}
+	m.proc = &process.Process{
+		Name: name,
+		Path: managerBin,
+		Args: append([]string{
+			"--kubeconfig", kubeconfig,
+			"--webhook-port", strconv.Itoa(ports[0]), "--webhook-cert-dir", dir,
+			"--metrics-bind-address", process.HostPort(ports[1]), "--metrics-secure=false",
+			"--health-probe-bind-address", process.HostPort(ports[2]),
+			"--zap-log-level=debug",
+		}, extra...),
+		LogPath: filepath.Join(dir, name+".log"),
+	}
+	Expect(m.proc.Start()).To(Succeed())
+	DeferCleanup(func() { _ = m.proc.Stop(10 * time.Second) })
+	Expect(process.WaitFor(m.proc, time.Minute, func() error {
+		_, err := m.scrape()
+		return err
+	})).To(Succeed())
+	return m
+}
+
+// scrape returns the manager's metrics as "name{labels} value" lines.
+func (m *manager) scrape() (map[string]float64, error) {
+	resp, err := http.Get(m.metrics)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("metrics: %s", resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// sum adds the samples of a metric whose label text contains every filter.
+func (m *manager) sum(name string, filters ...string) float64 {
+	samples, err := m.scrape()
+	if err != nil {
+		return -1
+	}
+	total := 0.0
+	for k, v := range samples {
+		if k != name && !strings.HasPrefix(k, name+"{") {
+			continue
+		}
+		ok := true
+		for _, f := range filters {
+			ok = ok && strings.Contains(k, f)
+		}
+		if ok {
+			total += v
+		}
+	}
+	return total
+}
+
+// probes counts the probes this manager ran.
+func (m *manager) probes() float64 { return m.sum("phalanks_storagebucket_probes_total") }
+
+// leading reports whether this manager holds the leader election lease.
+func (m *manager) leading() bool { return m.sum("leader_election_master_status") == 1 }
+
+func (m *manager) log() string {
+	data, err := os.ReadFile(m.proc.LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	return string(data)
+}
+
+func writeKubeconfig(data []byte) string {
+	GinkgoHelper()
+	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+	Expect(os.WriteFile(path, data, 0o600)).To(Succeed())
+	return path
+}
+
+// grantManagerRBAC gives user exactly the roles config/rbac grants the manager: the
+// ClusterRole generated from the +kubebuilder:rbac markers, and the leader election
+// Role in the lease namespace.
+func grantManagerRBAC(c client.Client, user, leaseNamespace string) {
+	GinkgoHelper()
+	ctx := context.Background()
+	root, err := tools.RepoRoot()
+	Expect(err).NotTo(HaveOccurred())
+	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+
+	cr := &rbacv1.ClusterRole{}
+	decodeFile(filepath.Join(root, "config", "rbac", "role.yaml"), cr)
+	Expect(c.Create(ctx, cr)).To(Succeed())
+	Expect(c.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "manager-rolebinding"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name},
+		Subjects:   subject,
+	})).To(Succeed())
+
+	role := &rbacv1.Role{}
+	decodeFile(filepath.Join(root, "config", "rbac", "leader_election_role.yaml"), role)
+	role.Namespace = leaseNamespace
+	Expect(c.Create(ctx, role)).To(Succeed())
+	Expect(c.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: "leader-election-rolebinding"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   subject,
+	})).To(Succeed())
+}
+
+func decodeFile(path string, into any) {
+	GinkgoHelper()
+	data, err := os.ReadFile(path)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(yaml.Unmarshal(data, into)).To(Succeed())
+}
+
+func credentialsSecret(ns string, s3 *minio.Server) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-credentials"},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": s3.SecretKey},
+	}
+}
+
+func storageBucket(ns, name, bucket string, s3 *minio.Server) *phalanksv1beta1.StorageBucket {
+	return &phalanksv1beta1.StorageBucket{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: phalanksv1beta1.StorageBucketSpec{
+			BucketName:           bucket,
+			Endpoint:             s3.URL,
+			InsecureAllowHTTP:    true,
+			Region:               s3.Region,
+			ManagementPolicy:     phalanksv1beta1.ManagementManage,
+			CredentialsSecretRef: &phalanksv1beta1.CredentialsSecretReference{Name: "s3-credentials"},
+			HealthCheck: phalanksv1beta1.HealthCheck{
+				Interval: &metav1.Duration{Duration: 5 * time.Second},
+				Timeout:  &metav1.Duration{Duration: time.Second},
+			},
+		},
+	}
+}
+
+func ready(c client.Client, sb *phalanksv1beta1.StorageBucket) (metav1.ConditionStatus, string) {
+	got := &phalanksv1beta1.StorageBucket{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(sb), got); err != nil {
+		return "", err.Error()
+	}
+	if cond := meta.FindStatusCondition(got.Status.Conditions, phalanksv1beta1.ConditionReady); cond != nil {
+		return cond.Status, cond.Reason
+	}
+	return "", "no Ready condition"
+}
+
+func eventuallyReady(c client.Client, sb *phalanksv1beta1.StorageBucket, status metav1.ConditionStatus, reason string, timeout time.Duration) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		s, r := ready(c, sb)
+		g.Expect(s).To(Equal(status), "Ready reason %s", r)
+		g.Expect(r).To(Equal(reason))
+	}).WithTimeout(timeout).WithPolling(250 * time.Millisecond).Should(Succeed())
+}
+
+func expectNoSecrets(text string, values ...string) {
+	GinkgoHelper()
+	for _, v := range values {
+		Expect(strings.Contains(text, v)).To(BeFalse(), "a secret value appears in the log")
+	}
+}
