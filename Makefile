@@ -28,6 +28,8 @@ GO_TEST_FLAGS ?= -race -count=1 -timeout=40m
 OLM_MODULE := hack/olm
 OLM_GO_TAGS := containers_image_openpgp
 OLM := go -C $(OLM_MODULE) run -tags $(OLM_GO_TAGS) ./cmd/olm
+# The OLM end-to-end test (make test-olm) is a third module: it runs hack/olm's generator.
+OLM_E2E_MODULE := test/olm
 
 .PHONY: all
 all: build
@@ -58,26 +60,31 @@ generate: tools-gen ## Generate DeepCopy methods.
 fmt: ## Run go fmt.
 	go fmt ./...
 	go -C $(OLM_MODULE) fmt ./...
+	go -C $(OLM_E2E_MODULE) fmt ./...
 
 .PHONY: vet
 vet: ## Run go vet.
 	go vet ./...
 	go -C $(OLM_MODULE) vet -tags $(OLM_GO_TAGS) ./...
+	go -C $(OLM_E2E_MODULE) vet -tags $(OLM_GO_TAGS) ./...
 
 .PHONY: lint
 lint: tools-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 	cd $(OLM_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
+	cd $(OLM_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
 
 .PHONY: lint-fix
 lint-fix: tools-lint ## Run golangci-lint and apply its fixes.
 	$(GOLANGCI_LINT) run --fix ./...
 	cd $(OLM_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
+	cd $(OLM_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
 
 .PHONY: verify
 verify: manifests generate catalog ## Regenerate everything (CRDs, RBAC, deepcopy, bundle, catalog) and fail if the tree changed.
 	go mod tidy
 	go -C $(OLM_MODULE) mod tidy
+	go -C $(OLM_E2E_MODULE) mod tidy
 	@if [ -n "$$(git status --porcelain -- . ':!bin')" ]; then \
 		echo "verify: generated files are stale; run the generators and commit:"; \
 		git status --porcelain -- . ':!bin'; git --no-pager diff --stat; exit 1; \
@@ -91,6 +98,15 @@ test: verify vet lint tools-runtime ## Run verify, vet, lint, then the unit, env
 .PHONY: test-e2e
 test-e2e: build tools-runtime ## Run the demo once: every sample must reach its expected state.
 	DEMO_ONESHOT=1 go run ./hack/demo
+
+# The OLM end-to-end test needs root: it runs the local cluster, OLM (olm, catalog and
+# package-server out of cluster), opm and the manager in a private network namespace. The
+# test binary is built here, with the module proxy at hand, and enters the namespace itself.
+OLM_E2E_FLAGS ?=
+.PHONY: test-olm
+test-olm: build tools-runtime tools-olm tools-gen ## Install, upgrade and uninstall the operator through the real OLM, end to end (needs root).
+	go -C $(OLM_E2E_MODULE) test -c -tags $(OLM_GO_TAGS) -o $(BIN)/olm-e2e.test .
+	$(BIN)/olm-e2e.test -test.v -test.timeout=40m -ginkgo.v $(OLM_E2E_FLAGS)
 
 # Scenario benchmarks run one at a time (-p 1): each measures a peer in the same run
 # and reports ratios, and two at once would share the two cores.

@@ -40,6 +40,11 @@ type Options struct {
 	Nodes int
 	// APIServerArgs are extra kube-apiserver flags ("--name=value").
 	APIServerArgs []string
+	// Aggregation sets kube-apiserver up to proxy to aggregated API servers (such as OLM's
+	// package-server): a front-proxy CA, the client certificate kube-apiserver presents
+	// to them, and the request-header flags they trust. kube-apiserver publishes that CA
+	// in kube-system/extension-apiserver-authentication for them to read.
+	Aggregation bool
 }
 
 // Cluster is a running local control plane.
@@ -134,6 +139,11 @@ func (c *Cluster) writePKI() error {
 	if err := sa.Write(c.pki, "sa.crt", "sa.key"); err != nil {
 		return err
 	}
+	if c.o.Aggregation {
+		if err := writeFrontProxyPKI(c.pki); err != nil {
+			return err
+		}
+	}
 	c.tokens = map[string]string{}
 	var lines []string
 	for _, u := range users {
@@ -159,6 +169,27 @@ func (c *Cluster) writePKI() error {
 	}
 	c.Config.QPS, c.Config.Burst = 1000, 2000
 	return nil
+}
+
+// frontProxyClient is the common name of the certificate kube-apiserver presents to
+// aggregated API servers.
+const frontProxyClient = "front-proxy-client"
+
+// writeFrontProxyPKI writes a front-proxy CA, separate from the cluster CA as the
+// aggregation docs require, and the client certificate it signs for kube-apiserver.
+func writeFrontProxyPKI(dir string) error {
+	ca, err := certs.NewCA("phalanks-local-front-proxy-ca")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "front-proxy-ca.crt"), ca.CertPEM, 0o600); err != nil {
+		return err
+	}
+	client, err := ca.Issue(certs.LeafOptions{CommonName: frontProxyClient, Client: true})
+	if err != nil {
+		return err
+	}
+	return client.Write(dir, "front-proxy-client.crt", "front-proxy-client.key")
 }
 
 func (c *Cluster) kubeconfigPath(user string) string {
@@ -241,6 +272,17 @@ func (c *Cluster) StartAPIServer() error {
 		"--service-account-signing-key-file", filepath.Join(c.pki, "sa.key"),
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type", "none",
+	}
+	if c.o.Aggregation {
+		args = append(args,
+			"--requestheader-client-ca-file", filepath.Join(c.pki, "front-proxy-ca.crt"),
+			"--requestheader-allowed-names", frontProxyClient,
+			"--requestheader-username-headers", "X-Remote-User",
+			"--requestheader-group-headers", "X-Remote-Group",
+			"--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+			"--proxy-client-cert-file", filepath.Join(c.pki, "front-proxy-client.crt"),
+			"--proxy-client-key-file", filepath.Join(c.pki, "front-proxy-client.key"),
+		)
 	}
 	args = append(args, c.o.APIServerArgs...)
 	var err error

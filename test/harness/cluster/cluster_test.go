@@ -20,7 +20,7 @@ func startCluster(t *testing.T) (*cluster.Cluster, kubernetes.Interface) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Dir: t.TempDir()})
+	c, err := cluster.Start(ctx, cluster.Options{Dir: t.TempDir(), Aggregation: true})
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}
@@ -80,6 +80,14 @@ func TestLocalCluster(t *testing.T) {
 			_, err := cs.AppsV1().Deployments("default").Get(ctx, "owned", metav1.GetOptions{})
 			return apierrors.IsNotFound(err)
 		}).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(BeTrue())
+	})
+
+	t.Run("with aggregation on, kube-apiserver publishes the front-proxy CA for aggregated API servers", func(t *testing.T) {
+		g := NewWithT(t)
+		cm, err := cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(cm.Data).To(HaveKeyWithValue("requestheader-client-ca-file", ContainSubstring("BEGIN CERTIFICATE")))
+		g.Expect(cm.Data).To(HaveKeyWithValue("requestheader-allowed-names", `["front-proxy-client"]`))
 	})
 
 	t.Run("kube-apiserver restarts on the same address with the same data", func(t *testing.T) {
