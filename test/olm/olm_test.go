@@ -272,9 +272,20 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 			revoked[l] = true
 		}
 		By("running the commands docs/olm.md gives")
-		for _, args := range uninstallCommands {
+		for _, args := range uninstallCommands(deploymentName(current)) {
 			Expect(docsOLM()).To(ContainSubstring("kubectl "+strings.Join(args, " ")), "docs/olm.md gives the command")
-			Expect(kubectl(args...)).To(ContainSubstring("deleted"))
+			out := kubectl(args...)
+			if args[0] == "delete" {
+				Expect(out).To(ContainSubstring("deleted"))
+			}
+		}
+		By("leaving no webhook Service or certificate Secret for a later install to reuse")
+		for _, obj := range []client.Object{
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: deploymentName(current) + "-service"}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: deploymentName(current) + "-service-cert"}},
+		} {
+			err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%T %s/%s after the documented wait: %v", obj, obj.GetNamespace(), obj.GetName(), err)
 		}
 		Eventually(func(g Gomega) {
 			csv := &operatorsv1alpha1.ClusterServiceVersion{}
@@ -340,10 +351,16 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 })
 
 // uninstallCommands are the kubectl commands docs/olm.md gives to uninstall: delete the
-// Subscription and the CSV (found by the label OLM puts on the operator's objects).
-var uninstallCommands = [][]string{
-	{"delete", "subscription", bundle.PackageName, "-n", installNamespace},
-	{"delete", "csv", "-n", installNamespace, "-l", "operators.coreos.com/" + bundle.PackageName + "." + installNamespace},
+// Subscription and the CSV (found by the label OLM puts on the operator's objects), then
+// wait until the garbage collector has removed the webhook Service and certificate Secret
+// OLM made for the CSV's Deployment. An install started before they are gone reuses
+// them, and the garbage collector then deletes them from under it.
+func uninstallCommands(deployment string) [][]string {
+	return [][]string{
+		{"delete", "subscription", bundle.PackageName, "-n", installNamespace},
+		{"delete", "csv", "-n", installNamespace, "-l", "operators.coreos.com/" + bundle.PackageName + "." + installNamespace},
+		{"wait", "--for=delete", "-n", installNamespace, "--timeout=5m", "service/" + deployment + "-service", "secret/" + deployment + "-service-cert"},
+	}
 }
 
 // stopServingV1alpha1 is the JSON patch docs/olm.md gives for after an uninstall: it
