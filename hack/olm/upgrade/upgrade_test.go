@@ -276,11 +276,12 @@ func storageVersion(crd *apiextensionsv1.CustomResourceDefinition) string {
 	return ""
 }
 
-// needsConversion reports whether any of the CRDs converts between versions through a
-// webhook.
+// needsConversion reports whether any of the CRDs has more than one version: bundle CRDs
+// carry no conversion stanza, and crds.Install (as OLM does) points those at the
+// operator's conversion webhook.
 func needsConversion(crdList []*apiextensionsv1.CustomResourceDefinition) bool {
 	for _, crd := range crdList {
-		if c := crd.Spec.Conversion; c != nil && c.Strategy == apiextensionsv1.WebhookConverter {
+		if len(crd.Spec.Versions) > 1 {
 			return true
 		}
 	}
