@@ -163,9 +163,13 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 		}
 		Expect(k8s.Create(ctx, beta)).To(Succeed())
 
+		// kube-apiserver picks the CRD's new conversion settings up a moment after OLM
+		// writes them; until then v1alpha1 reads are served unconverted.
 		By("failing v1alpha1 reads while nothing serves OLM's webhook Service")
-		err := k8s.Get(ctx, client.ObjectKeyFromObject(beta), &phalanksv1alpha1.StorageBucket{})
-		Expect(err).To(MatchError(ContainSubstring("conversion webhook")))
+		Eventually(func(g Gomega) {
+			err := k8s.Get(ctx, client.ObjectKeyFromObject(beta), &phalanksv1alpha1.StorageBucket{})
+			g.Expect(err).To(MatchError(ContainSubstring("conversion webhook")))
+		}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed())
 
 		By("running our manager as the pod of OLM's Deployment would")
 		kubelet = olm.StartKubelet(ctx, local, k8s, installNamespace, deploymentName(previous), filepath.Join(dir, "kubelet"), logDir())
@@ -249,7 +253,7 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 		expectPodOf(current)
 
 		By("reading every object as before, in every served version")
-		Eventually(func(g Gomega) { g.Expect(snapshot()).To(Equal(before)) }).
+		Eventually(func(g Gomega) { g.Expect(readSnapshot("")).To(Equal(before)) }).
 			WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
 		Expect(storedVersions()).To(Equal([]string{"v1beta1"}), "both releases store v1beta1 (docs/api-versions.md)")
 
@@ -257,6 +261,14 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 			expectReconciled("StorageBucket "+userNamespace+"/"+name+" Ready after the upgrade", storageBucketReady(name))
 		}
 		expectReconciled("Foo "+userNamespace+"/web still owns its Available Deployment after the upgrade", fooDeploymentAvailable("web", 2))
+
+		// For a while after an upgrade OLM keeps working on it: the CSV can drop back to
+		// InstallReady or Installing and return to Succeeded, and the catalog operator can
+		// execute the completed InstallPlan once more from its cache, creating a CSV
+		// deleted in that moment anew (seen in CI, uninstalling within a second of the
+		// upgrade). The next spec starts once OLM has settled.
+		By("letting OLM settle: the CSV stays Succeeded for " + settleWindow.String())
+		expectSettled(current)
 	})
 
 	var beforeUninstall map[string]string
@@ -313,7 +325,7 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 		for _, crd := range current.CSV.Spec.CustomResourceDefinitions.Owned {
 			Expect(k8s.Get(ctx, client.ObjectKey{Name: crd.Name}, &apiextensionsv1.CustomResourceDefinition{})).To(Succeed(), "CRD %s", crd.Name)
 		}
-		Expect(snapshotWithout("v1alpha1")).To(Equal(withoutVersion(beforeUninstall, "v1alpha1")))
+		Expect(readSnapshot("v1alpha1")).To(Equal(withoutVersion(beforeUninstall, "v1alpha1")))
 		Expect(storedVersions()).To(Equal([]string{"v1beta1"}))
 
 		By("keeping the buckets and their contents in S3")
@@ -322,19 +334,25 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 		}
 
 		By("serving v1alpha1 unconverted: the stored v1beta1 data without the fields only v1alpha1 has")
-		alpha := &phalanksv1alpha1.StorageBucket{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: "created-as-v1alpha1"}, alpha)).To(Succeed())
-		Expect(alpha.Spec.Endpoint).To(Equal("http://"+s3.Endpoint), "the v1beta1 URL, not converted to host:port")
-		Expect(alpha.Spec.SecretName).To(BeEmpty(), "v1beta1 keeps it in credentialsSecretRef")
+		// As on install, kube-apiserver applies the CRD's new conversion settings a moment
+		// after they are written.
+		Eventually(func(g Gomega) {
+			alpha := &phalanksv1alpha1.StorageBucket{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: "created-as-v1alpha1"}, alpha)).To(Succeed())
+			g.Expect(alpha.Spec.Endpoint).To(Equal("http://"+s3.Endpoint), "the v1beta1 URL, not converted to host:port")
+			g.Expect(alpha.Spec.SecretName).To(BeEmpty(), "v1beta1 keeps it in credentialsSecretRef")
+		}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed())
 
 		// That view is wrong, and a write through it would lose what v1alpha1 cannot
 		// express; it also makes OLM refuse a later install (see the next spec).
 		By("stopping to serve v1alpha1 with the command docs/olm.md gives for after an uninstall")
 		Expect(docsOLM()).To(ContainSubstring(stopServingV1alpha1), "docs/olm.md gives the patch")
 		kubectl("patch", "crd", storageBucketCRD, "--type=json", "--patch="+stopServingV1alpha1)
-		err = k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: "created-as-v1alpha1"}, &phalanksv1alpha1.StorageBucket{})
-		Expect(err).To(Satisfy(apierrors.IsNotFound), "v1alpha1 is no longer served")
-		Expect(snapshotWithout("v1alpha1")).To(Equal(withoutVersion(beforeUninstall, "v1alpha1")))
+		Eventually(func(g Gomega) {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: "created-as-v1alpha1"}, &phalanksv1alpha1.StorageBucket{})
+			g.Expect(err).To(Satisfy(apierrors.IsNotFound), "v1alpha1 is no longer served")
+		}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed())
+		Expect(readSnapshot("v1alpha1")).To(Equal(withoutVersion(beforeUninstall, "v1alpha1")))
 	})
 
 	// Before it replaces a CRD, OLM validates every existing object, listed in each version
@@ -345,7 +363,7 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 		Expect(k8s.Create(ctx, subscription())).To(Succeed())
 		expectInstalled(current)
 		expectPodOf(current)
-		Eventually(func(g Gomega) { g.Expect(snapshot()).To(Equal(beforeUninstall)) }).
+		Eventually(func(g Gomega) { g.Expect(readSnapshot("")).To(Equal(beforeUninstall)) }).
 			WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
 	})
 })
@@ -420,6 +438,30 @@ func expectPodOf(r *olm.Release) {
 	}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 	pod := kubelet.Pod()
 	GinkgoWriter.Printf("manager for %s: service account %s, webhook on %s, log %s, args %v\n", r.CSVName(), pod.ServiceAccount, pod.WebhookAddress, pod.LogPath(), pod.Args)
+}
+
+// settleWindow is how long a CSV must stay Succeeded before OLM counts as settled.
+const settleWindow = 5 * time.Second
+
+// expectSettled waits until the release's CSV has been Succeeded, without interruption,
+// for settleWindow.
+func expectSettled(r *olm.Release) {
+	GinkgoHelper()
+	var since time.Time
+	Eventually(func(g Gomega) {
+		alive()
+		csv := &operatorsv1alpha1.ClusterServiceVersion{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: r.CSVName()}, csv)).To(Succeed())
+		if csv.Status.Phase != operatorsv1alpha1.CSVPhaseSucceeded {
+			since = time.Time{}
+			g.Expect(csv.Status.Phase).To(Equal(operatorsv1alpha1.CSVPhaseSucceeded), "CSV %s/%s: phase %s, reason %s: %s",
+				installNamespace, r.CSVName(), csv.Status.Phase, csv.Status.Reason, csv.Status.Message)
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		g.Expect(time.Since(since)).To(BeNumerically(">=", settleWindow), "CSV %s/%s Succeeded for %s", installNamespace, r.CSVName(), time.Since(since))
+	}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 }
 
 // expectInstalled waits for the Subscription to install the release: its InstallPlan
@@ -583,36 +625,52 @@ func fooDeploymentAvailable(name string, replicas int32) func(g Gomega) {
 }
 
 // snapshot reads every user object in every version its kind serves, keyed by
-// "<kind>/<name>@<version>", as spec JSON: what must survive an upgrade unchanged.
+// "<kind>/<name>@<version>", as spec JSON: what must survive an upgrade unchanged. A read
+// error fails the spec.
 func snapshot() map[string]string {
 	GinkgoHelper()
-	return snapshotWithout("")
+	out, err := readSnapshot("")
+	check(err)
+	return out
 }
 
-// snapshotWithout is snapshot without the views of one version.
-func snapshotWithout(skipVersion string) map[string]string {
-	GinkgoHelper()
+// readSnapshot is snapshot without the views of one version, returning read errors (so
+// that Eventually retries them: the conversion webhook is briefly away while the
+// manager restarts).
+func readSnapshot(skipVersion string) (map[string]string, error) {
 	out := map[string]string{}
-	add := func(key string, spec any) {
+	add := func(key string, spec any) error {
 		data, err := json.Marshal(spec)
-		check(err)
+		if err != nil {
+			return err
+		}
 		out[key] = string(data)
+		return nil
 	}
 	for _, name := range []string{"created-as-v1beta1", "created-as-v1alpha1"} {
 		key := client.ObjectKey{Namespace: userNamespace, Name: name}
 		beta := &phalanksv1beta1.StorageBucket{}
-		Expect(k8s.Get(ctx, key, beta)).To(Succeed())
-		add("StorageBucket/"+name+"@v1beta1", beta.Spec)
+		if err := k8s.Get(ctx, key, beta); err != nil {
+			return nil, err
+		}
+		if err := add("StorageBucket/"+name+"@v1beta1", beta.Spec); err != nil {
+			return nil, err
+		}
 		if skipVersion != "v1alpha1" {
 			alpha := &phalanksv1alpha1.StorageBucket{}
-			Expect(k8s.Get(ctx, key, alpha)).To(Succeed())
-			add("StorageBucket/"+name+"@v1alpha1", alpha.Spec)
+			if err := k8s.Get(ctx, key, alpha); err != nil {
+				return nil, err
+			}
+			if err := add("StorageBucket/"+name+"@v1alpha1", alpha.Spec); err != nil {
+				return nil, err
+			}
 		}
 	}
 	foo := &phalanksv1alpha1.Foo{}
-	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: "web"}, foo)).To(Succeed())
-	add("Foo/web@v1alpha1", foo.Spec)
-	return out
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: "web"}, foo); err != nil {
+		return nil, err
+	}
+	return out, add("Foo/web@v1alpha1", foo.Spec)
 }
 
 // withoutVersion drops the StorageBucket views of one version from a snapshot (Foo has
