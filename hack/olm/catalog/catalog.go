@@ -132,13 +132,21 @@ func AddHead(cfg *declcfg.DeclarativeConfig, b *declcfg.Bundle, icon *declcfg.Ic
 
 // channel returns the package's channel, creating it in cfg when missing.
 func channel(cfg *declcfg.DeclarativeConfig) *declcfg.Channel {
+	if ch := findChannel(cfg); ch != nil {
+		return ch
+	}
+	cfg.Channels = append(cfg.Channels, declcfg.Channel{Schema: declcfg.SchemaChannel, Name: bundle.Channel, Package: bundle.PackageName, Entries: []declcfg.ChannelEntry{}})
+	return &cfg.Channels[len(cfg.Channels)-1]
+}
+
+// findChannel returns the package's channel, or nil when the catalog has none.
+func findChannel(cfg *declcfg.DeclarativeConfig) *declcfg.Channel {
 	for i := range cfg.Channels {
 		if cfg.Channels[i].Name == bundle.Channel {
 			return &cfg.Channels[i]
 		}
 	}
-	cfg.Channels = append(cfg.Channels, declcfg.Channel{Schema: declcfg.SchemaChannel, Name: bundle.Channel, Package: bundle.PackageName, Entries: []declcfg.ChannelEntry{}})
-	return &cfg.Channels[len(cfg.Channels)-1]
+	return nil
 }
 
 // headOf returns the entry that no other entry replaces or skips, or "" for an empty
@@ -159,12 +167,22 @@ func headOf(ch *declcfg.Channel) string {
 	return ""
 }
 
-// Head returns the channel head of a catalog.
-func Head(cfg *declcfg.DeclarativeConfig) string { return headOf(channel(cfg)) }
+// Head returns the channel head of a catalog, or "" when it has no channel.
+func Head(cfg *declcfg.DeclarativeConfig) string {
+	ch := findChannel(cfg)
+	if ch == nil {
+		return ""
+	}
+	return headOf(ch)
+}
 
 // Replaced returns the name of the bundle the named entry replaces, or "".
 func Replaced(cfg *declcfg.DeclarativeConfig, name string) string {
-	for _, e := range channel(cfg).Entries {
+	ch := findChannel(cfg)
+	if ch == nil {
+		return ""
+	}
+	for _, e := range ch.Entries {
 		if e.Name == name {
 			return e.Replaces
 		}

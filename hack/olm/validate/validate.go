@@ -67,12 +67,10 @@ func Bundle(dir string, optionalValues map[string]string) (Report, error) {
 	if err != nil {
 		return r, fmt.Errorf("load bundle %s: %w", dir, err)
 	}
-	r.add("default", apivalidation.DefaultBundleValidators.Validate(b.ObjectsToValidate()...))
-
+	// ObjectsToValidate holds the CRDs, the CSV and every other object of the bundle.
 	objs := b.ObjectsToValidate()
-	for _, o := range b.Objects {
-		objs = append(objs, o)
-	}
+	r.add("default", apivalidation.DefaultBundleValidators.Validate(objs...))
+
 	if optionalValues == nil {
 		optionalValues = map[string]string{}
 	}
