@@ -30,7 +30,8 @@ func (r *reconciler) gather(ctx context.Context, obj client.Object) (inputs, err
 	}
 	hpas := make([]hpaView, 0, len(list.Items))
 	for _, h := range list.Items {
-		hpas = append(hpas, hpaView{name: h.Name, minReplicas: ptr.Deref(h.Spec.MinReplicas, 1), annotations: h.Annotations})
+		hpas = append(hpas, hpaView{name: h.Name, minReplicas: ptr.Deref(h.Spec.MinReplicas, 1), annotations: h.Annotations,
+			uid: h.UID, resourceVersion: h.ResourceVersion})
 	}
 	return inputs{
 		now: r.clock.Now(),
@@ -62,17 +63,14 @@ func (r *reconciler) writeWorkload(ctx context.Context, obj client.Object, w *wo
 	return nil
 }
 
-// writeAutoscaler applies the operator's part of the autoscaler targeting the workload.
+// writeAutoscaler applies the operator's part of the autoscaler targeting the workload,
+// with the UID and resourceVersion it decided on, as writeWorkload does.
 func (r *reconciler) writeAutoscaler(ctx context.Context, obj client.Object, h *hpaWrite) error {
 	if h == nil {
 		return nil
 	}
-	live := &autoscalingv2.HorizontalPodAutoscaler{}
-	if err := r.reader.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: h.name}, live); err != nil {
-		return fmt.Errorf("get autoscaler %s: %w", h.name, err)
-	}
 	ac := autoscalingv2ac.HorizontalPodAutoscaler(h.name, obj.GetNamespace()).
-		WithUID(live.UID).WithResourceVersion(live.ResourceVersion).
+		WithUID(h.uid).WithResourceVersion(h.resourceVersion).
 		WithAnnotations(h.annotationsFor()).
 		WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().WithMinReplicas(h.minReplicas))
 	if err := r.writer.Apply(ctx, ac, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/phalanks/phalanks-operator/internal/schedule"
 )
@@ -58,6 +59,9 @@ type hpaView struct {
 	name        string
 	minReplicas int32
 	annotations map[string]string
+	// uid and resourceVersion are what the decision was made on; the apply carries them.
+	uid             types.UID
+	resourceVersion string
 }
 
 // inputs is everything a decision is made from.
@@ -82,10 +86,12 @@ type workloadWrite struct {
 
 // hpaWrite is the operator's part of a HorizontalPodAutoscaler.
 type hpaWrite struct {
-	name        string
-	minReplicas int32
-	originalMin *int32
-	next        time.Time
+	name            string
+	uid             types.UID
+	resourceVersion string
+	minReplicas     int32
+	originalMin     *int32
+	next            time.Time
 }
 
 type eventSpec struct {
@@ -184,7 +190,7 @@ func downtime(in inputs, cfg config, next time.Time, saved int32, hasSaved bool,
 	if target > 0 && !hasSaved && (hpa != nil || restoreHPA != nil) {
 		if hpa != nil && hpa.minReplicas > target {
 			original := hpa.minReplicas
-			d.hpa = &hpaWrite{name: hpa.name, minReplicas: target, originalMin: &original, next: next}
+			d.hpa = &hpaWrite{name: hpa.name, uid: hpa.uid, resourceVersion: hpa.resourceVersion, minReplicas: target, originalMin: &original, next: next}
 			d.actions = append(d.actions, actionHPALower)
 			d.events = append(d.events, eventSpec{reason: ReasonScaleDown, action: "Scale", note: fmt.Sprintf(
 				"lowered minReplicas of HorizontalPodAutoscaler %s from %d to %d for the downtime%s",
@@ -236,7 +242,7 @@ func restore(d *decision, w workloadView, count int32, hasSaved bool, hpa *hpaVi
 	}
 	if hpa != nil {
 		original, _, _ := savedCount(hpa.annotations, AnnotationOriginalMinReplicas)
-		d.hpa = &hpaWrite{name: hpa.name, minReplicas: original, next: next}
+		d.hpa = &hpaWrite{name: hpa.name, uid: hpa.uid, resourceVersion: hpa.resourceVersion, minReplicas: original, next: next}
 		d.actions = append(d.actions, actionHPARestore)
 		d.events = append(d.events, eventSpec{reason: ReasonScaleUp, action: "Scale", note: fmt.Sprintf(
 			"restored minReplicas %d of HorizontalPodAutoscaler %s: %s", original, hpa.name, why)})
