@@ -151,8 +151,8 @@ func run(args []string) error {
 	if err := setupReconcilers(mgr, cfg); err != nil {
 		return err
 	}
-	if err := setupWebhooks(mgr); err != nil {
-		return err
+	if err := webhooks.Setup(mgr); err != nil {
+		return fmt.Errorf("set up webhooks: %w", err)
 	}
 	if err := setupMigrations(mgr); err != nil {
 		return err
@@ -218,11 +218,6 @@ func setupReconcilers(mgr manager.Manager, cfg config) error {
 		return fmt.Errorf("set up foo controller: %w", err)
 	}
 	return nil
-}
-
-// setupWebhooks registers the conversion webhooks.
-func setupWebhooks(mgr manager.Manager) error {
-	return webhooks.Setup(mgr)
 }
 
 // setupMigrations moves objects stored in an older version to the storage version once

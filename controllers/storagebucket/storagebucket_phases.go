@@ -290,17 +290,25 @@ func (r *Reconciler) reconcileFinalizer(ctx context.Context, sb *phalanksv1beta1
 	if want == controllerutil.ContainsFinalizer(sb, phalanksv1beta1.FinalizerBucketDeletion) {
 		return false, nil
 	}
-	before := sb
-	sb = sb.DeepCopy() // sb may be the cache's own object (see Reconcile)
-	if want {
-		controllerutil.AddFinalizer(sb, phalanksv1beta1.FinalizerBucketDeletion)
-	} else {
-		controllerutil.RemoveFinalizer(sb, phalanksv1beta1.FinalizerBucketDeletion)
-	}
-	if err := r.client.Patch(ctx, sb, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return false, fmt.Errorf("update finalizer: %w", err)
+	if err := r.patchFinalizer(ctx, sb, want); err != nil {
+		return false, err
 	}
 	return want, nil
+}
+
+// patchFinalizer adds or removes the deletion finalizer, on a copy of sb (which may be
+// the cache's own object, see Reconcile) and under the optimistic lock.
+func (r *Reconciler) patchFinalizer(ctx context.Context, sb *phalanksv1beta1.StorageBucket, add bool) error {
+	next := sb.DeepCopy()
+	if add {
+		controllerutil.AddFinalizer(next, phalanksv1beta1.FinalizerBucketDeletion)
+	} else {
+		controllerutil.RemoveFinalizer(next, phalanksv1beta1.FinalizerBucketDeletion)
+	}
+	if err := r.client.Patch(ctx, next, client.MergeFromWithOptions(sb, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("update finalizer: %w", err)
+	}
+	return nil
 }
 
 func wantsFinalizer(sb *phalanksv1beta1.StorageBucket) bool {
@@ -342,10 +350,11 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, sb *phalanksv1beta1.St
 	}
 	dctx, cancel := context.WithTimeout(ctx, deletionTimeout)
 	defer cancel()
-	got, err := s3bucket.Delete(dctx, conn.Client, sb.Spec.BucketName, string(sb.UID), s3bucket.Strategy(sb.Spec.NonEmptyStrategy), deletionBudget)
+	got, err := s3bucket.Delete(dctx, conn.Client, sb.Spec.BucketName, string(sb.UID), sb.Spec.NonEmptyStrategy, deletionBudget)
 	if err != nil {
-		logf.FromContext(ctx).Info("bucket deletion failed; retrying on schedule", "bucket", sb.Spec.BucketName, "error", s3probe.Classify(err, subject).Message)
-		return r.blockDeletion(ctx, sb, s3probe.Classify(err, subject), now)
+		f := s3probe.Classify(err, subject)
+		logf.FromContext(ctx).Info("bucket deletion failed; retrying on schedule", "bucket", sb.Spec.BucketName, "error", f.Message)
+		return r.blockDeletion(ctx, sb, f, now)
 	}
 	bucket := sb.Spec.BucketName
 	switch got.Outcome {
@@ -383,19 +392,17 @@ func deletedNote(bucket string, removed int) string {
 // blockDeletion reports on the Managed condition why the bucket is not deleted yet.
 func (r *Reconciler) blockDeletion(ctx context.Context, sb *phalanksv1beta1.StorageBucket, f *s3probe.Failure, now time.Time) error {
 	cond := conditions.False(phalanksv1beta1.ConditionManaged, string(f.Reason), "deletion blocked: "+f.Message)
-	next, changed := deletionStatus(&sb.Status, sb.Generation, &cond, now)
+	next, changed := deletionStatus(&sb.Status, sb.Generation, cond, now)
 	if !changed {
 		return nil
 	}
 	return r.patchStatus(ctx, sb, next, string(writeChanged))
 }
 
+// releaseFinalizer lets a deleted StorageBucket go; one already gone is fine.
 func (r *Reconciler) releaseFinalizer(ctx context.Context, sb *phalanksv1beta1.StorageBucket) error {
-	before := sb
-	sb = sb.DeepCopy() // sb may be the cache's own object (see Reconcile)
-	controllerutil.RemoveFinalizer(sb, phalanksv1beta1.FinalizerBucketDeletion)
-	if err := r.client.Patch(ctx, sb, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("remove finalizer: %w", err)
+	if err := r.patchFinalizer(ctx, sb, false); err != nil && !apierrors.IsNotFound(err) {
+		return err
 	}
 	return nil
 }

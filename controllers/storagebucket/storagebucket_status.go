@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
@@ -172,7 +173,7 @@ func desiredStatus(prev *phalanksv1beta1.StorageBucketStatus, in statusInput, he
 	checks = append(checks, readyCondition(in.checks))
 	changed := conditions.Apply(&next.Conditions, in.generation, at, checks...)
 	for _, typ := range []string{phalanksv1beta1.ConditionAuthenticated, phalanksv1beta1.ConditionBucketAvailable, phalanksv1beta1.ConditionManaged} {
-		if !hasType(checks, typ) && conditions.Remove(&next.Conditions, typ) {
+		if meta.FindStatusCondition(checks, typ) == nil && conditions.Remove(&next.Conditions, typ) {
 			changed = true
 		}
 	}
@@ -201,17 +202,19 @@ func desiredStatus(prev *phalanksv1beta1.StorageBucketStatus, in statusInput, he
 }
 
 // deletionStatus reports why a bucket cannot be deleted yet on the Managed condition
-// (nil clears nothing and only recomputes Ready) and re-summarises Ready.
-func deletionStatus(prev *phalanksv1beta1.StorageBucketStatus, generation int64, blocked *metav1.Condition, now time.Time) (phalanksv1beta1.StorageBucketStatus, bool) {
+// and re-summarises Ready.
+func deletionStatus(prev *phalanksv1beta1.StorageBucketStatus, generation int64, blocked metav1.Condition, now time.Time) (phalanksv1beta1.StorageBucketStatus, bool) {
 	next := *prev.DeepCopy()
 	var checks []metav1.Condition
 	for _, check := range checkOrder {
-		if c := findCondition(next.Conditions, string(check)); c != nil {
+		if c := meta.FindStatusCondition(next.Conditions, string(check)); c != nil {
 			checks = append(checks, *c)
 		}
 	}
-	if blocked != nil {
-		checks = replaceCondition(checks, *blocked)
+	if c := meta.FindStatusCondition(checks, blocked.Type); c != nil {
+		*c = blocked
+	} else {
+		checks = append(checks, blocked)
 	}
 	all := append(checks, readyCondition(checks))
 	changed := conditions.Apply(&next.Conditions, generation, metav1.NewTime(now), all...)
@@ -228,7 +231,7 @@ type eventSpec struct {
 // to ErrResourceExists.
 func transitionEvents(prev, next []metav1.Condition) []eventSpec {
 	var out []eventSpec
-	before, after := findCondition(prev, phalanksv1beta1.ConditionReady), findCondition(next, phalanksv1beta1.ConditionReady)
+	before, after := meta.FindStatusCondition(prev, phalanksv1beta1.ConditionReady), meta.FindStatusCondition(next, phalanksv1beta1.ConditionReady)
 	switch {
 	case after == nil:
 	case after.Status == metav1.ConditionTrue && (before == nil || before.Status != metav1.ConditionTrue):
@@ -236,34 +239,13 @@ func transitionEvents(prev, next []metav1.Condition) []eventSpec {
 	case after.Status != metav1.ConditionTrue && (before == nil || before.Status != after.Status || before.Reason != after.Reason):
 		out = append(out, eventSpec{corev1.EventTypeWarning, after.Reason, "Probe", after.Message})
 	}
-	mBefore, mAfter := findCondition(prev, phalanksv1beta1.ConditionManaged), findCondition(next, phalanksv1beta1.ConditionManaged)
+	mBefore, mAfter := meta.FindStatusCondition(prev, phalanksv1beta1.ConditionManaged), meta.FindStatusCondition(next, phalanksv1beta1.ConditionManaged)
 	if mAfter != nil && mAfter.Reason == string(s3probe.ReasonErrResourceExists) &&
 		(mBefore == nil || mBefore.Reason != mAfter.Reason) && (after == nil || after.Reason != mAfter.Reason) {
 		out = append(out, eventSpec{corev1.EventTypeWarning, mAfter.Reason, "Manage", mAfter.Message})
 	}
 	return out
 }
-
-func findCondition(list []metav1.Condition, typ string) *metav1.Condition {
-	for i := range list {
-		if list[i].Type == typ {
-			return &list[i]
-		}
-	}
-	return nil
-}
-
-func replaceCondition(list []metav1.Condition, c metav1.Condition) []metav1.Condition {
-	for i := range list {
-		if list[i].Type == c.Type {
-			list[i] = c
-			return list
-		}
-	}
-	return append(list, c)
-}
-
-func hasType(list []metav1.Condition, typ string) bool { return findCondition(list, typ) != nil }
 
 func timeEqual(a *metav1.Time, b time.Time) bool {
 	if a == nil || b.IsZero() {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
@@ -179,7 +180,7 @@ func TestDesiredStatus(t *testing.T) {
 func TestReadyKeepsItsTransitionTimeWhileUnchanged(t *testing.T) {
 	first, _ := desiredStatus(&phalanksv1beta1.StorageBucketStatus{}, healthyInput(t0), time.Hour)
 	later, _ := desiredStatus(&first, healthyInput(t0.Add(2*time.Hour)), time.Hour)
-	ready := findCondition(later.Conditions, phalanksv1beta1.ConditionReady)
+	ready := meta.FindStatusCondition(later.Conditions, phalanksv1beta1.ConditionReady)
 	if ready == nil || !ready.LastTransitionTime.Time.Equal(t0) {
 		t.Errorf("Ready lastTransitionTime = %v, want %v", ready, t0)
 	}
@@ -243,12 +244,12 @@ func TestDeletionStatusReportsTheBlockOnManagedAndReady(t *testing.T) {
 	in.checks = checkConditions(checkInput{depth: s3probe.DepthHeadBucket, bucket: "b", manage: &manageResult{owned: true}, manageChecked: true})
 	prev, _ := desiredStatus(&phalanksv1beta1.StorageBucketStatus{}, in, time.Hour)
 	blocked := metav1.Condition{Type: phalanksv1beta1.ConditionManaged, Status: metav1.ConditionFalse, Reason: "BucketNotEmpty", Message: "deletion blocked"}
-	next, changed := deletionStatus(&prev, 1, &blocked, t0.Add(time.Minute))
-	ready := findCondition(next.Conditions, phalanksv1beta1.ConditionReady)
+	next, changed := deletionStatus(&prev, 1, blocked, t0.Add(time.Minute))
+	ready := meta.FindStatusCondition(next.Conditions, phalanksv1beta1.ConditionReady)
 	if !changed || ready.Status != metav1.ConditionFalse || ready.Reason != "BucketNotEmpty" {
 		t.Errorf("changed=%v Ready=%+v; want Ready False BucketNotEmpty", changed, ready)
 	}
-	if _, again := deletionStatus(&next, 1, &blocked, t0.Add(2*time.Minute)); again {
+	if _, again := deletionStatus(&next, 1, blocked, t0.Add(2*time.Minute)); again {
 		t.Error("the same block again is a change")
 	}
 }

@@ -144,16 +144,6 @@ func setOwner(ctx context.Context, c *miniogo.Client, bucket string, owner Owner
 	return nil
 }
 
-// Strategy is how Delete treats a bucket that still holds objects.
-type Strategy string
-
-// Non-empty strategies.
-const (
-	StrategyFail          Strategy = "Fail"
-	StrategyDeleteIfEmpty Strategy = "DeleteIfEmpty"
-	StrategyForceEmpty    Strategy = "ForceEmpty"
-)
-
 // Outcome is what Delete did.
 type Outcome string
 
@@ -185,7 +175,7 @@ type Deleted struct {
 // Delete deletes the bucket if it carries uid's ownership tag. A bucket with objects
 // (any version or delete marker) is deleted only under ForceEmpty, which first removes
 // up to budget versions per call and refuses a bucket with object lock enabled.
-func Delete(ctx context.Context, c *miniogo.Client, bucket, uid string, strategy Strategy, budget int) (Deleted, error) {
+func Delete(ctx context.Context, c *miniogo.Client, bucket, uid string, strategy phalanksv1beta1.NonEmptyStrategy, budget int) (Deleted, error) {
 	exists, owned, err := OwnedBy(ctx, c, bucket, uid)
 	switch {
 	case err != nil:
@@ -203,16 +193,16 @@ func Delete(ctx context.Context, c *miniogo.Client, bucket, uid string, strategy
 		return removeBucket(ctx, c, bucket, strategy, 0)
 	}
 	switch strategy {
-	case StrategyDeleteIfEmpty:
+	case phalanksv1beta1.NonEmptyDeleteIfEmpty:
 		return Deleted{Outcome: OutcomeLeftNonEmpty}, nil
-	case StrategyForceEmpty:
+	case phalanksv1beta1.NonEmptyForceEmpty:
 		return forceEmpty(ctx, c, bucket, budget)
 	default:
 		return Deleted{Outcome: OutcomeBlockedNonEmpty}, nil
 	}
 }
 
-func removeBucket(ctx context.Context, c *miniogo.Client, bucket string, strategy Strategy, removed int) (Deleted, error) {
+func removeBucket(ctx context.Context, c *miniogo.Client, bucket string, strategy phalanksv1beta1.NonEmptyStrategy, removed int) (Deleted, error) {
 	err := c.RemoveBucket(ctx, bucket)
 	switch miniogo.ToErrorResponse(err).Code {
 	case "":
@@ -224,10 +214,10 @@ func removeBucket(ctx context.Context, c *miniogo.Client, bucket string, strateg
 		return Deleted{Outcome: OutcomeGone, Removed: removed}, nil
 	case "BucketNotEmpty":
 		// An object arrived between the listing and the delete.
-		if strategy == StrategyDeleteIfEmpty {
+		if strategy == phalanksv1beta1.NonEmptyDeleteIfEmpty {
 			return Deleted{Outcome: OutcomeLeftNonEmpty, Removed: removed}, nil
 		}
-		if strategy == StrategyForceEmpty {
+		if strategy == phalanksv1beta1.NonEmptyForceEmpty {
 			return Deleted{Outcome: OutcomeEmptying, Removed: removed}, nil
 		}
 		return Deleted{Outcome: OutcomeBlockedNonEmpty, Removed: removed}, nil
@@ -278,7 +268,7 @@ func forceEmpty(ctx context.Context, c *miniogo.Client, bucket string, budget in
 	if more {
 		return Deleted{Outcome: OutcomeEmptying, Removed: removed}, nil
 	}
-	return removeBucket(ctx, c, bucket, StrategyForceEmpty, removed)
+	return removeBucket(ctx, c, bucket, phalanksv1beta1.NonEmptyForceEmpty, removed)
 }
 
 // removeVersions deletes up to budget object versions and delete markers, reporting

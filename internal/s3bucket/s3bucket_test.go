@@ -11,6 +11,7 @@ import (
 	miniogo "github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/tags"
 
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/internal/s3bucket"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 )
@@ -173,7 +174,7 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 	}
 
 	t.Run("an empty owned bucket is deleted under every strategy", func(t *testing.T) {
-		for _, st := range []s3bucket.Strategy{s3bucket.StrategyFail, s3bucket.StrategyDeleteIfEmpty, s3bucket.StrategyForceEmpty} {
+		for _, st := range []phalanksv1beta1.NonEmptyStrategy{phalanksv1beta1.NonEmptyFail, phalanksv1beta1.NonEmptyDeleteIfEmpty, phalanksv1beta1.NonEmptyForceEmpty} {
 			bucket := "empty-" + strings.ToLower(string(st))
 			owned(t, bucket, miniogo.MakeBucketOptions{})
 			got, err := s3bucket.Delete(ctx, c, bucket, owner.UID, st, 100)
@@ -183,7 +184,7 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 		}
 	})
 	t.Run("a missing bucket is gone", func(t *testing.T) {
-		got, err := s3bucket.Delete(ctx, c, "never-created", owner.UID, s3bucket.StrategyForceEmpty, 100)
+		got, err := s3bucket.Delete(ctx, c, "never-created", owner.UID, phalanksv1beta1.NonEmptyForceEmpty, 100)
 		if err != nil || got.Outcome != s3bucket.OutcomeGone {
 			t.Errorf("Delete = %+v, %v; want Gone", got, err)
 		}
@@ -193,7 +194,7 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 			t.Fatal(err)
 		}
 		put(t, c, "not-ours", "data")
-		got, err := s3bucket.Delete(ctx, c, "not-ours", owner.UID, s3bucket.StrategyForceEmpty, 100)
+		got, err := s3bucket.Delete(ctx, c, "not-ours", owner.UID, phalanksv1beta1.NonEmptyForceEmpty, 100)
 		if err != nil || got.Outcome != s3bucket.OutcomeNotOurs || len(versions(t, c, "not-ours")) != 1 {
 			t.Errorf("Delete = %+v, %v; want NotOurs with the data kept", got, err)
 		}
@@ -201,7 +202,7 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 	t.Run("Fail keeps a non-empty bucket and its data", func(t *testing.T) {
 		owned(t, "full-fail", miniogo.MakeBucketOptions{})
 		put(t, c, "full-fail", "data")
-		got, err := s3bucket.Delete(ctx, c, "full-fail", owner.UID, s3bucket.StrategyFail, 100)
+		got, err := s3bucket.Delete(ctx, c, "full-fail", owner.UID, phalanksv1beta1.NonEmptyFail, 100)
 		if err != nil || got.Outcome != s3bucket.OutcomeBlockedNonEmpty || len(versions(t, c, "full-fail")) != 1 {
 			t.Errorf("Delete = %+v, %v; want BlockedNonEmpty with the data kept", got, err)
 		}
@@ -209,7 +210,7 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 	t.Run("DeleteIfEmpty leaves a non-empty bucket with its data", func(t *testing.T) {
 		owned(t, "full-ifempty", miniogo.MakeBucketOptions{})
 		put(t, c, "full-ifempty", "data")
-		got, err := s3bucket.Delete(ctx, c, "full-ifempty", owner.UID, s3bucket.StrategyDeleteIfEmpty, 100)
+		got, err := s3bucket.Delete(ctx, c, "full-ifempty", owner.UID, phalanksv1beta1.NonEmptyDeleteIfEmpty, 100)
 		if err != nil || got.Outcome != s3bucket.OutcomeLeftNonEmpty || len(versions(t, c, "full-ifempty")) != 1 {
 			t.Errorf("Delete = %+v, %v; want LeftNonEmpty with the data kept", got, err)
 		}
@@ -226,11 +227,11 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 		if err := c.RemoveObject(ctx, "full-versioned", "a", miniogo.RemoveObjectOptions{}); err != nil { // a delete marker
 			t.Fatal(err)
 		}
-		first, err := s3bucket.Delete(ctx, c, "full-versioned", owner.UID, s3bucket.StrategyForceEmpty, 4)
+		first, err := s3bucket.Delete(ctx, c, "full-versioned", owner.UID, phalanksv1beta1.NonEmptyForceEmpty, 4)
 		if err != nil || first.Outcome != s3bucket.OutcomeEmptying || first.Removed != 4 {
 			t.Fatalf("first Delete = %+v, %v; want Emptying after 4", first, err)
 		}
-		second, err := s3bucket.Delete(ctx, c, "full-versioned", owner.UID, s3bucket.StrategyForceEmpty, 4)
+		second, err := s3bucket.Delete(ctx, c, "full-versioned", owner.UID, phalanksv1beta1.NonEmptyForceEmpty, 4)
 		if err != nil || second.Outcome != s3bucket.OutcomeDeleted || second.Removed != 3 || exists("full-versioned") {
 			t.Errorf("second Delete = %+v, %v; want Deleted after the other 3 (6 versions and 1 marker)", second, err)
 		}
@@ -238,7 +239,7 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 	t.Run("ForceEmpty refuses a bucket with object lock", func(t *testing.T) {
 		owned(t, "full-locked", miniogo.MakeBucketOptions{ObjectLocking: true})
 		put(t, c, "full-locked", "data")
-		got, err := s3bucket.Delete(ctx, c, "full-locked", owner.UID, s3bucket.StrategyForceEmpty, 100)
+		got, err := s3bucket.Delete(ctx, c, "full-locked", owner.UID, phalanksv1beta1.NonEmptyForceEmpty, 100)
 		if err != nil || got.Outcome != s3bucket.OutcomeBlockedObjectLock || len(versions(t, c, "full-locked")) != 1 {
 			t.Errorf("Delete = %+v, %v; want BlockedObjectLock with the data kept", got, err)
 		}

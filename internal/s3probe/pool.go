@@ -106,8 +106,6 @@ type clientKey struct {
 type transportEntry struct {
 	rt      *http.Transport
 	tlsCfg  *tls.Config
-	secure  bool
-	host    string
 	used    time.Time
 	clients map[clientKey]*clientEntry
 	// notAfter is the expiry (Unix nanoseconds) of the leaf certificate of the newest
@@ -191,7 +189,7 @@ func (p *Pool) clock() clock.PassiveClock {
 }
 
 func (p *Pool) newTransport(u *url.URL, secure bool, caBundle []byte) (*transportEntry, error) {
-	te := &transportEntry{secure: secure, host: u.Host, clients: map[clientKey]*clientEntry{}}
+	te := &transportEntry{clients: map[clientKey]*clientEntry{}}
 	rt := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
