@@ -19,6 +19,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
 var scheme = func() *runtime.Scheme {
@@ -44,7 +46,11 @@ var (
 // applySamples renders config/samples with kustomize and applies each object, adapted,
 // into the demo namespace.
 func (e *env) applySamples(ctx context.Context) ([]*unstructured.Unstructured, error) {
-	out, err := exec.CommandContext(ctx, filepath.Join(e.root, "bin", "kustomize"), "build", filepath.Join(e.root, "config", "samples")).Output()
+	kustomize, err := tools.Path("kustomize")
+	if err != nil {
+		return nil, err
+	}
+	out, err := exec.CommandContext(ctx, kustomize, "build", filepath.Join(e.root, "config", "samples")).Output()
 	if err != nil {
 		var exitErr *exec.ExitError
 		if errors.As(err, &exitErr) {

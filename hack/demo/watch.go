@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
 const refresh = 2 * time.Second
@@ -86,7 +87,11 @@ func (e *env) evaluate(ctx context.Context, samples []*unstructured.Unstructured
 }
 
 func (e *env) kubectlGet(ctx context.Context, samples []*unstructured.Unstructured) string {
-	cmd := exec.CommandContext(ctx, filepath.Join(e.root, "bin", "kubectl"), "--kubeconfig", e.cluster.Kubeconfig,
+	kubectl, err := tools.Path("kubectl")
+	if err != nil {
+		return err.Error()
+	}
+	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", e.cluster.Kubeconfig,
 		"get", kindsArg(samples), "-n", demoNamespace, "-o", "wide")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

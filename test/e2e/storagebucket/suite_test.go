@@ -129,12 +129,12 @@ func (m *manager) scrape() (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-// sum adds the samples of a metric whose label text contains every filter.
+// sum adds the samples of a metric whose label text contains every filter. A manager
+// whose metrics cannot be scraped fails the spec: no answer is not "not leading".
 func (m *manager) sum(name string, filters ...string) float64 {
+	GinkgoHelper()
 	samples, err := m.scrape()
-	if err != nil {
-		return -1
-	}
+	Expect(err).NotTo(HaveOccurred(), "scrape %s's metrics at %s", m.proc.Name, m.metrics)
 	total := 0.0
 	for k, v := range samples {
 		if k != name && !strings.HasPrefix(k, name+"{") {
@@ -152,10 +152,16 @@ func (m *manager) sum(name string, filters ...string) float64 {
 }
 
 // probes counts the probes this manager ran.
-func (m *manager) probes() float64 { return m.sum("phalanks_storagebucket_probes_total") }
+func (m *manager) probes() float64 {
+	GinkgoHelper()
+	return m.sum("phalanks_storagebucket_probes_total")
+}
 
 // leading reports whether this manager holds the leader election lease.
-func (m *manager) leading() bool { return m.sum("leader_election_master_status") == 1 }
+func (m *manager) leading() bool {
+	GinkgoHelper()
+	return m.sum("leader_election_master_status") == 1
+}
 
 func (m *manager) log() string {
 	data, err := os.ReadFile(m.proc.LogPath)

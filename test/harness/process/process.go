@@ -62,9 +62,6 @@ func (p *Process) PID() int {
 	return p.cmd.Process.Pid
 }
 
-// Exited is closed when the process has ended.
-func (p *Process) Exited() <-chan struct{} { return p.exited }
-
 // Running reports whether the process was started and has not ended.
 func (p *Process) Running() bool {
 	if p.exited == nil {
@@ -101,9 +98,6 @@ func (p *Process) Kill() {
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.exited
 }
-
-// Err returns how the process ended, once Exited is closed.
-func (p *Process) Err() error { return p.err }
 
 // FailedEarly returns an error if the process has already ended, quoting its log.
 func (p *Process) FailedEarly() error {
