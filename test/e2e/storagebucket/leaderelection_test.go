@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +16,9 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 )
+
+// leaderElectionID is the manager's Lease name (main.go).
+const leaderElectionID = "phalanks-operator.phalanks.io"
 
 var _ = Describe("Two managers with leader election", func() {
 	It("lets only the leader probe, and the other takes over within the lease duration when the leader dies", func() {
@@ -69,12 +73,19 @@ var _ = Describe("Two managers with leader election", func() {
 		leader.proc.Kill()
 		killed := time.Now()
 		Eventually(follower.leading).WithTimeout(lease + 10*time.Second).WithPolling(100 * time.Millisecond).Should(BeTrue())
-		tookOver := time.Since(killed)
+		// The follower stamps the Lease with the moment it took it (same machine, same
+		// clock), which leaves the metrics polling out of the measurement.
+		held := &coordinationv1.Lease{}
+		Expect(c.Get(ctx, client.ObjectKey{Namespace: "phalanks-system", Name: leaderElectionID}, held)).To(Succeed())
+		Expect(held.Spec.AcquireTime).NotTo(BeNil())
+		tookOver := held.Spec.AcquireTime.Sub(killed)
 		GinkgoWriter.Printf("the follower took over %s after the leader was killed (lease %s)\n", tookOver, lease)
 		// client-go counts the lease from when the follower saw the last renewal, and the
 		// follower polls every retry period (with up to 20% jitter): up to two retry
-		// periods come on top of the lease.
-		Expect(tookOver).To(BeNumerically("<=", lease+2*retry+retry/2))
+		// periods come on top of the lease, plus the API server's answers to its reads,
+		// which on a loaded 2-core machine (the rest of make test runs beside this) take
+		// up to about a second.
+		Expect(tookOver).To(BeNumerically("<=", lease+2*retry+retry/2+time.Second))
 		Eventually(follower.probes).WithTimeout(30 * time.Second).Should(BeNumerically(">=", 2))
 		eventuallyReady(c, sb, metav1.ConditionTrue, "BucketReady", 30*time.Second)
 
