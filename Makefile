@@ -41,7 +41,7 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
 
 .PHONY: demo
-demo: build tools-runtime ## Run the operator on a local control plane with MinIO and the samples (DEMO_ONESHOT=1 exits when they are ready).
+demo: tools-for-demo build ## Run the operator on a local control plane with MinIO and the samples (DEMO_ONESHOT=1 exits when they are ready).
 	go run ./hack/demo
 
 ##@ Development
@@ -49,11 +49,11 @@ demo: build tools-runtime ## Run the operator on a local control plane with MinI
 # The module's package pattern rather than ./...: on a path, controller-gen also descends
 # into nested modules (hack/olm), which are not the operator's.
 .PHONY: manifests
-manifests: tools-gen ## Generate CRDs and RBAC from the API types and markers.
+manifests: tools-for-manifests ## Generate CRDs and RBAC from the API types and markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="github.com/phalanks/phalanks-operator/..." output:crd:artifacts:config=config/crd/bases
 
 .PHONY: generate
-generate: tools-gen ## Generate DeepCopy methods.
+generate: tools-for-generate ## Generate DeepCopy methods.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: fmt
@@ -69,19 +69,19 @@ vet: ## Run go vet.
 	go -C $(OLM_E2E_MODULE) vet -tags $(OLM_GO_TAGS) ./...
 
 .PHONY: lint
-lint: tools-lint ## Run golangci-lint.
+lint: tools-for-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 	cd $(OLM_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
 	cd $(OLM_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
 
 .PHONY: lint-fix
-lint-fix: tools-lint ## Run golangci-lint and apply its fixes.
+lint-fix: tools-for-lint ## Run golangci-lint and apply its fixes.
 	$(GOLANGCI_LINT) run --fix ./...
 	cd $(OLM_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
 	cd $(OLM_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
 
 .PHONY: verify
-verify: manifests generate catalog ## Regenerate everything (CRDs, RBAC, deepcopy, bundle, catalog) and fail if the tree changed.
+verify: tools-for-verify manifests generate catalog ## Regenerate everything (CRDs, RBAC, deepcopy, bundle, catalog) and fail if the tree changed.
 	go mod tidy
 	go -C $(OLM_MODULE) mod tidy
 	go -C $(OLM_E2E_MODULE) mod tidy
@@ -91,12 +91,12 @@ verify: manifests generate catalog ## Regenerate everything (CRDs, RBAC, deepcop
 	fi
 
 .PHONY: test
-test: verify vet lint tools-runtime ## Run verify, vet, lint, then the unit, envtest, MinIO, local-cluster e2e and OLM bundle suites with the race detector.
+test: tools-for-test verify vet lint ## Run verify, vet, lint, then the unit, envtest, MinIO, local-cluster e2e and OLM bundle suites with the race detector.
 	go test $(GO_TEST_FLAGS) ./...
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
-test-e2e: build tools-runtime ## Run the demo once: every sample must reach its expected state.
+test-e2e: tools-for-test-e2e build ## Run the demo once: every sample must reach its expected state.
 	DEMO_ONESHOT=1 go run ./hack/demo
 
 # The OLM end-to-end test needs root: it runs the local cluster, OLM (olm, catalog and
@@ -104,7 +104,7 @@ test-e2e: build tools-runtime ## Run the demo once: every sample must reach its 
 # test binary is built here, with the module proxy at hand, and enters the namespace itself.
 OLM_E2E_FLAGS ?=
 .PHONY: test-olm
-test-olm: build tools-runtime tools-olm tools-gen ## Install, upgrade and uninstall the operator through the real OLM, end to end (needs root).
+test-olm: tools-for-test-olm build ## Install, upgrade and uninstall the operator through the real OLM, end to end (needs root).
 	go -C $(OLM_E2E_MODULE) test -c -tags $(OLM_GO_TAGS) -o $(BIN)/olm-e2e.test .
 	$(BIN)/olm-e2e.test -test.v -test.timeout=40m -ginkgo.v $(OLM_E2E_FLAGS)
 
@@ -112,7 +112,7 @@ test-olm: build tools-runtime tools-olm tools-gen ## Install, upgrade and uninst
 # and reports ratios, and two at once would share the two cores.
 BENCH ?= .
 .PHONY: bench
-bench: build tools-runtime tools-peers ## Run the scenario benchmarks under test/bench (BENCH=regexp selects).
+bench: tools-for-bench build ## Run the scenario benchmarks under test/bench (BENCH=regexp selects).
 	go test -p 1 -count=1 -run '^$$' -bench '$(BENCH)' -benchtime=1x -timeout=80m ./test/bench/...
 
 ##@ Build
@@ -122,7 +122,7 @@ build: ## Build the manager binary.
 	go build -o $(BIN)/manager .
 
 .PHONY: run
-run: manifests generate ## Run the manager against the current kubeconfig (webhook on a self-signed certificate).
+run: tools-for-run manifests generate ## Run the manager against the current kubeconfig (webhook on a self-signed certificate).
 	go run ./hack/devcerts -dir $(BIN)/dev-certs
 	go run . --metrics-bind-address=0 --health-probe-bind-address=:8081 --webhook-cert-dir=$(BIN)/dev-certs
 
@@ -137,26 +137,26 @@ docker-push: ## Push the manager image.
 ##@ Deployment
 
 .PHONY: install
-install: manifests tools-gen ## Install the CRDs into the cluster of the current kubeconfig.
+install: tools-for-install manifests ## Install the CRDs into the cluster of the current kubeconfig.
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
 
 .PHONY: uninstall
-uninstall: manifests tools-gen ## Remove the CRDs (and every custom resource) from the cluster.
+uninstall: tools-for-uninstall manifests ## Remove the CRDs (and every custom resource) from the cluster.
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
 .PHONY: deploy
-deploy: manifests tools-gen ## Deploy the operator with kustomize (needs cert-manager for the conversion webhook).
+deploy: tools-for-deploy manifests ## Deploy the operator with kustomize (needs cert-manager for the conversion webhook).
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
 	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy
-undeploy: tools-gen ## Remove the kustomize deployment.
+undeploy: tools-for-undeploy ## Remove the kustomize deployment.
 	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
 
 ##@ OLM
 
 .PHONY: bundle
-bundle: manifests tools-gen ## Generate bundle/ and bundle.Dockerfile for VERSION (with IMG and SCORECARD_TEST_IMG).
+bundle: tools-for-bundle manifests ## Generate bundle/ and bundle.Dockerfile for VERSION (with IMG and SCORECARD_TEST_IMG).
 	$(OLM) bundle --version $(VERSION) --image $(IMG) --scorecard-image $(SCORECARD_TEST_IMG)
 
 .PHONY: bundle-build
@@ -168,7 +168,7 @@ bundle-push: ## Push the bundle image.
 	$(CONTAINER_TOOL) push $(BUNDLE_IMG)
 
 .PHONY: catalog
-catalog: bundle ## Add the current bundle (as BUNDLE_IMG) as the head of the stable channel in catalog/.
+catalog: tools-for-catalog bundle ## Add the current bundle (as BUNDLE_IMG) as the head of the stable channel in catalog/.
 	$(OLM) catalog --bundle-image $(BUNDLE_IMG)
 
 .PHONY: catalog-build
@@ -188,24 +188,49 @@ scorecard-image-push: ## Push the custom scorecard test image.
 	$(CONTAINER_TOOL) push $(SCORECARD_TEST_IMG)
 
 .PHONY: scorecard
-scorecard: bundle tools-runtime ## Run the built-in scorecard checks on bundle/, then the custom scorecard tests against a local API server running the operator.
+scorecard: tools-for-scorecard bundle ## Run the built-in scorecard checks on bundle/, then the custom scorecard tests against a local API server running the operator.
 	$(OLM) scorecard
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) -count=1 -run 'TestCustomScorecardTests' -v ./scorecardtests/
 
 ##@ Tools
 
+# The tool sets each target needs (hack/tools/build.sh --list names the binaries of each).
+# A target builds them itself, as its first prerequisite, so every command works as the
+# first one in a fresh clone; test/makefile checks these lists against what each
+# target's recipes and Go programs actually call.
+TOOLS_manifests := gen
+TOOLS_generate := gen
+TOOLS_lint := lint
+TOOLS_verify := gen
+TOOLS_bundle := gen
+TOOLS_catalog := gen
+TOOLS_run := gen
+TOOLS_install := gen kubectl
+TOOLS_uninstall := gen kubectl
+TOOLS_deploy := gen kubectl
+TOOLS_undeploy := gen kubectl
+TOOLS_demo := gen kube kubectl kwok minio
+TOOLS_test := gen lint kube kwok minio
+TOOLS_test-e2e := $(TOOLS_demo)
+TOOLS_test-olm := gen kube kubectl kwok minio olm opm
+TOOLS_bench := kube kwok minio peers
+TOOLS_scorecard := gen kube
+
+# tools-for-<target> builds (or links from the cache) the sets of TOOLS_<target> in one
+# go, so a first run prints one plan with every set it is about to build.
+tools-for-%:
+	@hack/tools/build.sh $(or $(TOOLS_$*),$(error no TOOLS_$* in the Makefile))
+
 .PHONY: tools
-tools: ## Build every pinned tool into the per-machine cache (hack/tools/build.sh).
+tools: ## Build every default tool set into the per-machine cache (hack/tools/build.sh).
 	hack/tools/build.sh
 
-.PHONY: tools-gen tools-lint tools-runtime tools-olm tools-peers
-tools-gen:
-	@hack/tools/build.sh gen
-tools-lint:
-	@hack/tools/build.sh lint
-tools-runtime:
-	@hack/tools/build.sh kube kwok minio
+# tools-<set> builds one set; tools-olm builds both OLM sets (olm and opm).
+TOOL_SETS := gen lint kube kubectl kwok minio opm peers
+.PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-olm
+$(addprefix tools-,$(TOOL_SETS)): tools-%:
+	@hack/tools/build.sh $*
+tools-runtime: ## Build the sets the local cluster and MinIO harnesses run (kube, kubectl, kwok, minio).
+	@hack/tools/build.sh kube kubectl kwok minio
 tools-olm: ## Build OLM (olm, catalog, package-server) and opm for the OLM end-to-end test.
 	@hack/tools/build.sh olm opm
-tools-peers: ## Build the benchmark peers (sample-controller).
-	@hack/tools/build.sh peers

@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -149,9 +148,13 @@ func (e *env) startManager(ctx context.Context) error {
 			return err
 		}
 	}
+	bin, err := tools.Path("manager")
+	if err != nil {
+		return err
+	}
 	e.manager = &process.Process{
 		Name: "manager",
-		Path: filepath.Join(e.root, "bin", "manager"),
+		Path: bin,
 		Args: []string{
 			"--kubeconfig", e.cluster.Kubeconfig,
 			"--leader-elect", "--leader-elect-namespace", operatorNamespace,
@@ -163,9 +166,6 @@ func (e *env) startManager(ctx context.Context) error {
 			"--zap-devel",
 		},
 		LogPath: filepath.Join(e.dir, "manager.log"),
-	}
-	if _, err := os.Stat(e.manager.Path); err != nil {
-		return errors.New("bin/manager is missing: run `make demo` (it builds the manager first)")
 	}
 	if err := e.manager.Start(); err != nil {
 		return err

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds the project's pinned tools from the Go module proxy into a per-machine cache and
-# links them into bin/. Each tool set is a small Go module under hack/tools/<set>; its
-# cache entry is keyed by that module's go.mod, go.sum and build recipe, so a second run on
-# the same machine (or a second clone) reuses the binaries and a version bump rebuilds.
+# links them into bin/. Each tool set is built from a small Go module under
+# hack/tools/<module>; its cache entry is keyed by that module's go.mod, go.sum and the
+# set's build recipe, so a second run on the same machine (or a second clone) reuses the
+# binaries and a version bump rebuilds.
 #
-#   hack/tools/build.sh [set...]   build the named sets (default: all of them)
+#   hack/tools/build.sh [set...]   build the named sets (default: the default sets)
 #   hack/tools/build.sh --list     print the sets and the binaries each provides
+#   hack/tools/build.sh --defaults print the sets built when none is named
 #
 # PHALANKS_TOOLS_CACHE overrides the cache directory.
 set -euo pipefail
@@ -17,7 +19,8 @@ bin=$root/bin
 
 # set -> "package=binary ..." (binary defaults to the package's last element).
 declare -A packages=(
-	[kube]="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3=etcd"
+	[kube]="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler go.etcd.io/etcd/server/v3=etcd"
+	[kubectl]="k8s.io/kubernetes/cmd/kubectl"
 	[kwok]="sigs.k8s.io/kwok/cmd/kwok"
 	[minio]="github.com/minio/minio"
 	[gen]="sigs.k8s.io/controller-tools/cmd/controller-gen sigs.k8s.io/kustomize/kustomize/v5=kustomize"
@@ -26,10 +29,23 @@ declare -A packages=(
 	[opm]="github.com/operator-framework/operator-registry/cmd/opm"
 	[peers]="k8s.io/sample-controller"
 )
-# Built by default (make tools); the others only when named: the OLM sets for
-# make test-olm (make tools-olm), the benchmark peers for make bench (make tools-peers).
-order=(gen lint kube kwok minio)
+# The module (hack/tools/<module>) a set is built from, when it is not the set's name:
+# kubectl comes from the same pinned Kubernetes as the control plane, but is a set of its
+# own so that commands which only talk to a cluster (make deploy) do not build a control
+# plane first.
+declare -A modules=(
+	[kubectl]=kube
+)
+# Built by `make tools`; every make target builds the sets it needs itself (see the
+# TOOLS_* variables in the Makefile).
+order=(gen lint kube kubectl kwok minio)
 optional=(olm opm peers)
+
+# Roughly how long a first build of each set takes on two cores with an empty Go build
+# cache (measured on this project's CI machines), for the plan printed before building.
+declare -A estimate=(
+	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [opm]=3 [peers]=1
+)
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
 # cgo; the openpgp tag keeps containers/image off the gpgme C library.
@@ -40,6 +56,8 @@ declare -A tags=(
 declare -A cgo=(
 	[opm]=1
 )
+
+module_of() { echo "${modules[$1]:-$1}"; }
 
 # Kubernetes binaries report the version stamped into them; unstamped they claim v0.0.0,
 # which OLM and minKubeVersion checks reject.
@@ -56,22 +74,36 @@ kube_ldflags() {
 }
 
 ldflags_for() {
-	case $1 in
+	case $(module_of "$1") in
 	kube) echo "-s -w $(kube_ldflags)" ;;
 	*) echo "-s -w" ;;
 	esac
 }
 
 key_for() {
-	local set=$1
+	local set=$1 mod
+	mod=$(module_of "$set")
 	{
-		cat "$tools/$set/go.mod" "$tools/$set/go.sum"
+		cat "$tools/$mod/go.mod" "$tools/$mod/go.sum"
 		echo "${packages[$set]}"
 		ldflags_for "$set"
 		# Only sets with tags or cgo add a line, so the other sets keep their cache keys.
 		[[ -z ${tags[$set]:-}${cgo[$set]:-} ]] || echo "tags=${tags[$set]:-} cgo=${cgo[$set]:-0}"
 		go env GOVERSION GOOS GOARCH
 	} | sha256sum | cut -c1-16
+}
+
+dir_for() { echo "$cache/$1-$(key_for "$1")"; }
+
+binaries_of() {
+	local spec pkg name out=()
+	for spec in ${packages[$1]}; do
+		pkg=${spec%%=*}
+		name=${pkg##*/}
+		[[ $spec == *=* ]] && name=${spec#*=}
+		out+=("$name")
+	done
+	echo "${out[*]}"
 }
 
 link() {
@@ -82,48 +114,105 @@ link() {
 	done
 }
 
+duration() {
+	local s=$1
+	if ((s >= 60)); then printf '%dm%02ds' $((s / 60)) $((s % 60)); else printf '%ds' "$s"; fi
+}
+
+# plan prints, before anything is built, which of the requested sets are not in the cache
+# yet, roughly how long each takes and where they go.
+plan() {
+	local set missing=() total=0
+	for set in "$@"; do
+		[[ -f $(dir_for "$set")/.complete ]] || missing+=("$set")
+	done
+	((${#missing[@]} > 0)) || return 0
+	echo "tools: building ${#missing[@]} tool set(s) from the Go module proxy into $cache"
+	echo "tools: (first use on this machine; later runs and other clones reuse them at once)"
+	for set in "${missing[@]}"; do
+		printf 'tools:   %-8s about %2d min on 2 cores  %s\n' "$set" "${estimate[$set]:-1}" "$(binaries_of "$set")"
+		total=$((total + ${estimate[$set]:-1}))
+	done
+	echo "tools: about $total min in all; each set is cached as soon as it is built"
+}
+
+# explain turns a failed build's log into what failed, why (when the log says), and how to
+# retry.
+explain() {
+	local set=$1 pkg=$2 log=$3 module
+	echo "tools: FAILED building set $set (package $pkg); nothing of this attempt was cached" >&2
+	module=$(grep -oE '[[:alnum:]./_~-]+@v[[:alnum:]./+_-]+' "$log" | head -n 1 || true)
+	if grep -qE '403 Forbidden|410 Gone|404 Not Found' "$log"; then
+		echo "tools: the module proxy refused ${module:-a module}; pin a version that resolves in hack/tools/$(module_of "$set")/go.mod" >&2
+	elif grep -q 'no space left on device' "$log"; then
+		echo "tools: the disk is full:" >&2
+		df -h "$cache" "$(go env GOCACHE)" "$(go env GOMODCACHE)" >&2 || true
+	elif [[ -n $module ]]; then
+		echo "tools: the first module the log names is $module" >&2
+	fi
+	echo "tools: last lines of the build log ($log):" >&2
+	tail -n 20 "$log" | sed 's/^/tools:   | /' >&2
+	echo "tools: retry with: hack/tools/build.sh $set   (or: make tools-$set)" >&2
+}
+
 build_set() {
-	local set=$1 key dir spec pkg name start
-	key=$(key_for "$set")
-	dir=$cache/$set-$key
+	local set=$1 n=$2 of=$3 dir spec pkg name start log
+	dir=$(dir_for "$set")
 	if [[ -f $dir/.complete ]]; then
-		echo "tools: $set is cached ($dir)"
 		link "$dir"
 		return
 	fi
 	start=$SECONDS
-	echo "tools: building $set into $dir (first build on this machine; this can take minutes)"
+	echo "tools: [$n/$of] building $set into $dir"
 	rm -rf "$dir.tmp"
 	mkdir -p "$dir.tmp"
+	log=$cache/$set.log
+	: >"$log"
 	for spec in ${packages[$set]}; do
 		pkg=${spec%%=*}
 		name=${pkg##*/}
 		[[ $spec == *=* ]] && name=${spec#*=}
 		echo "tools:   $name ($pkg)"
-		(cd "$tools/$set" && CGO_ENABLED=${cgo[$set]:-0} GOFLAGS=-mod=readonly go build -trimpath \
-			-tags "${tags[$set]:-}" -ldflags "$(ldflags_for "$set")" -o "$dir.tmp/$name" "$pkg")
+		if ! (cd "$tools/$(module_of "$set")" && CGO_ENABLED=${cgo[$set]:-0} GOFLAGS=-mod=readonly go build -trimpath \
+			-tags "${tags[$set]:-}" -ldflags "$(ldflags_for "$set")" -o "$dir.tmp/$name" "$pkg") >>"$log" 2>&1; then
+			rm -rf "$dir.tmp"
+			explain "$set" "$pkg" "$log"
+			return 1
+		fi
 	done
 	touch "$dir.tmp/.complete"
 	rm -rf "$dir"
 	mv "$dir.tmp" "$dir"
-	echo "tools: $set built in $((SECONDS - start))s"
+	rm -f "$log"
+	echo "tools: [$n/$of] $set built in $(duration $((SECONDS - start)))"
 	link "$dir"
 }
 
-if [[ ${1:-} == --list ]]; then
-	for set in "${order[@]}" "${optional[@]}"; do echo "$set: ${packages[$set]}"; done
+case ${1:-} in
+--list)
+	for set in "${order[@]}" "${optional[@]}"; do echo "$set: $(binaries_of "$set")"; done
 	exit 0
-fi
+	;;
+--defaults)
+	echo "${order[*]}"
+	exit 0
+	;;
+esac
 
 sets=("$@")
 [[ ${#sets[@]} -gt 0 ]] || sets=("${order[@]}")
-mkdir -p "$cache"
 for set in "${sets[@]}"; do
 	[[ -n ${packages[$set]:-} ]] || { echo "tools: unknown set $set (known: ${order[*]} ${optional[*]})" >&2; exit 2; }
+done
+mkdir -p "$cache"
+plan "${sets[@]}"
+i=0
+for set in "${sets[@]}"; do
+	i=$((i + 1))
 	# One builder per set and machine at a time: two CI runs would otherwise build the same
 	# set twice, and a long build of one set does not hold up the others.
 	exec 9>"$cache/.lock-$set"
 	flock 9
-	build_set "$set"
+	build_set "$set" "$i" "${#sets[@]}"
 	exec 9>&-
 done

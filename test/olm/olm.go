@@ -59,24 +59,13 @@ func StartOLM(ctx context.Context, c *cluster.Cluster, k8s client.Client, dir, l
 		"CI=",
 		"OPERATOR_NAMESPACE=" + Namespace,
 	}
-	for _, p := range []struct {
-		name string
-		args []string
-	}{
-		// Both bind :8080 for health; the second one's health server fails to start, which
-		// each logs and survives. Nothing here probes them.
-		{"olm", []string{"--namespace", Namespace, "--writeStatusName", ""}},
-		{"catalog", []string{"--namespace", Namespace, "--writeStatusName", "", "--kubeconfig", c.Kubeconfig}},
-	} {
-		bin, err := tools.Path(p.name)
-		if err != nil {
-			return nil, err
-		}
-		proc := &process.Process{Name: p.name, Path: bin, Args: p.args, Env: env, LogPath: filepath.Join(logDir, p.name+".log")}
-		if err := proc.Start(); err != nil {
-			return nil, err
-		}
-		o.procs = append(o.procs, proc)
+	// Both bind :8080 for health; the second one's health server fails to start, which
+	// each logs and survives. Nothing here probes them.
+	if err := o.start("olm", env, logDir, "--namespace", Namespace, "--writeStatusName", ""); err != nil {
+		return nil, err
+	}
+	if err := o.start("catalog", env, logDir, "--namespace", Namespace, "--writeStatusName", "", "--kubeconfig", c.Kubeconfig); err != nil {
+		return nil, err
 	}
 	ps, err := startPackageServer(ctx, c, k8s, dir, logDir)
 	if err != nil {
@@ -84,6 +73,20 @@ func StartOLM(ctx context.Context, c *cluster.Cluster, k8s client.Client, dir, l
 	}
 	o.procs = append(o.procs, ps)
 	return o, nil
+}
+
+// start runs one of OLM's operators.
+func (o *OLM) start(name string, env []string, logDir string, args ...string) error {
+	bin, err := tools.Path(name)
+	if err != nil {
+		return err
+	}
+	proc := &process.Process{Name: name, Path: bin, Args: args, Env: env, LogPath: filepath.Join(logDir, name+".log")}
+	if err := proc.Start(); err != nil {
+		return err
+	}
+	o.procs = append(o.procs, proc)
+	return nil
 }
 
 // Healthy returns an error naming the first OLM process that has exited.

@@ -48,7 +48,11 @@ func Start(o Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	// envtest finds both in binDir; looking them up here fails early with the fix.
 	if _, err := tools.Path("kube-apiserver"); err != nil {
+		return nil, err
+	}
+	if _, err := tools.Path("etcd"); err != nil {
 		return nil, err
 	}
 	if len(o.CRDPaths) == 0 {

@@ -5,6 +5,7 @@ package tools
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 )
@@ -69,7 +70,25 @@ func Path(name string) (string, error) {
 	}
 	p := filepath.Join(dir, name)
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("tool %s not found in %s: run `make tools` first", name, dir)
+		return "", fmt.Errorf("%s not found in %s: every make target builds the tools it needs "+
+			"(`make tools` builds the default sets, `make build` the manager)", name, dir)
 	}
 	return p, nil
+}
+
+// BuildManager builds the manager binary from this repository into dir and returns its
+// path, for suites that run the manager as a process: they test the tree as it is, not
+// whatever bin/manager an earlier make build left.
+func BuildManager(dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "manager")
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build the manager: %w\n%s", err, b)
+	}
+	return out, nil
 }
