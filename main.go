@@ -55,6 +55,7 @@ type config struct {
 
 	kubeAPIQPS   float64
 	kubeAPIBurst int
+	kubeconfig   string
 
 	scaling       scaling.Options
 	foo           foo.Options
@@ -76,13 +77,15 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
 	fs.IntVar(&c.webhookPort, "webhook-port", webhook.DefaultPort, "Port the webhook server (CRD conversion) listens on.")
 	fs.StringVar(&c.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
-		"Directory with the webhook server's tls.crt and tls.key (where OLM mounts them).")
+		"Directory with the webhook server's tls.crt and tls.key (where OLM mounts them). "+
+			"Outside a cluster, when they are missing, the manager serves with a self-signed certificate.")
 	fs.BoolVar(&c.enableHTTP2, "enable-http2", false,
 		"Serve HTTP/2 on the metrics and webhook servers (off by default: CVE-2023-44487, CVE-2023-39325).")
 	fs.BoolVar(&c.leaderElect, "leader-elect", false,
 		"Elect a leader so that only one replica probes buckets and runs leader-only work.")
 	fs.StringVar(&c.leaderElectNamespace, "leader-elect-namespace", "",
-		"Namespace of the leader election Lease; empty means the pod's namespace.")
+		"Namespace of the leader election Lease; empty means the pod's namespace, or outside a cluster "+
+			"the namespace of the kubeconfig's current context.")
 	fs.DurationVar(&c.leaseDuration, "leader-elect-lease-duration", 15*time.Second,
 		"How long a non-leader waits before it may take over an unrenewed lease.")
 	fs.DurationVar(&c.renewDeadline, "leader-elect-renew-deadline", 10*time.Second,
@@ -107,6 +110,7 @@ func parseFlags(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	c.kubeconfig = fs.Lookup(ctrlconfig.KubeconfigFlagName).Value.String()
 	return c, nil
 }
 
@@ -136,6 +140,9 @@ func run(args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&cfg.zap)))
 	log := ctrl.Log.WithName("setup")
+	if err := outOfClusterDefaults(&cfg, log); err != nil {
+		return err
+	}
 
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/tools/clientcmd"
+	certutil "k8s.io/client-go/util/cert"
+)
+
+// serviceAccountNamespace is where a pod finds its namespace; its absence means the
+// manager runs outside a cluster (on a developer's or evaluator's machine).
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// outOfClusterDefaults fills in, for a manager started outside a pod, what a pod would
+// provide: the namespace of the leader election Lease (the kubeconfig context's
+// namespace, as kubectl would use) and a serving certificate for the webhook server
+// when none was given (self-signed, for 127.0.0.1 and localhost). In a pod both stay as
+// they are: a missing certificate there is a deployment error and stops the manager.
+func outOfClusterDefaults(cfg *config, log logr.Logger) error {
+	if _, err := os.Stat(serviceAccountNamespace); err == nil {
+		return nil
+	}
+	if cfg.leaderElect && cfg.leaderElectNamespace == "" {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rules.ExplicitPath = cfg.kubeconfig
+		ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).Namespace()
+		if err != nil {
+			return fmt.Errorf("leader election namespace from the kubeconfig: %w", err)
+		}
+		cfg.leaderElectNamespace = ns
+		log.Info("running outside a cluster: the leader election Lease goes to the kubeconfig context's namespace "+
+			"(set --leader-elect-namespace to choose another)", "namespace", ns)
+	}
+	if hasServingCert(cfg.webhookCertDir) {
+		return nil
+	}
+	dir, err := selfSignedServingCert()
+	if err != nil {
+		return fmt.Errorf("self-signed webhook certificate: %w", err)
+	}
+	log.Info("running outside a cluster without a webhook serving certificate: serving CRD conversion "+
+		"with a self-signed one for 127.0.0.1 and localhost. The API server converts through this process "+
+		"only if the CRD's conversion webhook points here with that certificate as caBundle "+
+		"(see docs/development.md)", "missingDir", cfg.webhookCertDir, "certificate", filepath.Join(dir, "tls.crt"))
+	cfg.webhookCertDir = dir
+	return nil
+}
+
+func hasServingCert(dir string) bool {
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil { //nolint:gosec // G703: the directory is the --webhook-cert-dir flag
+			return false
+		}
+	}
+	return true
+}
+
+// selfSignedServingCert writes a certificate for 127.0.0.1, ::1 and localhost, signed by
+// a throwaway CA that tls.crt also carries, into a new private directory.
+func selfSignedServingCert() (string, error) {
+	crt, key, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, nil)
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "phalanks-webhook-certs-")
+	if err != nil {
+		return "", err
+	}
+	err = errors.Join(
+		os.WriteFile(filepath.Join(dir, "tls.crt"), crt, 0o600),
+		os.WriteFile(filepath.Join(dir, "tls.key"), key, 0o600),
+	)
+	return dir, err
+}
