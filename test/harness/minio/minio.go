@@ -126,18 +126,38 @@ func (s *Server) start() error {
 	if err := s.proc.Start(); err != nil {
 		return err
 	}
-	httpClient := &http.Client{Timeout: 2 * time.Second, Transport: s.transport()}
-	return process.WaitFor(s.proc, 60*time.Second, func() error {
-		resp, err := httpClient.Get(s.URL + "/minio/health/ready")
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("health: %s", resp.Status)
-		}
-		return nil
+	return process.WaitFor(s.proc, 60*time.Second, s.ready)
+}
+
+// ready reports whether MinIO answers S3 requests as it will for the tests: the health
+// endpoint says ready well before the IAM subsystem is, and until IAM is up MinIO
+// answers XMinioIAMNotInitialized where it would check credentials. So it checks both
+// paths through IAM: the root credentials list buckets, and an unknown access key is
+// refused as unknown.
+func (s *Server) ready() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	admin, err := s.Client()
+	if err != nil {
+		return err
+	}
+	if _, err := admin.ListBuckets(ctx); err != nil {
+		return fmt.Errorf("list buckets as root: %w", err)
+	}
+	stranger, err := miniogo.New(s.Endpoint, &miniogo.Options{
+		Creds:     credentials.NewStaticV4("unknown-"+randomHex(4), randomHex(20), ""),
+		Secure:    s.opts.TLS,
+		Region:    s.Region,
+		Transport: s.transport(),
 	})
+	if err != nil {
+		return err
+	}
+	_, err = stranger.ListBuckets(ctx)
+	if code := miniogo.ToErrorResponse(err).Code; code != "InvalidAccessKeyId" {
+		return fmt.Errorf("an unknown access key: want InvalidAccessKeyId, got %q: %w", code, err)
+	}
+	return nil
 }
 
 // Stop ends the server and keeps its data, so Restart serves the same buckets again.
