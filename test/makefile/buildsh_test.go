@@ -1,0 +1,104 @@
+package makefile_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
+)
+
+// fakeGo answers what hack/tools/build.sh asks the go command, and builds by writing
+// the -o file, or fails as the module proxy does when FAKE_GO_BUILD=refuse.
+const fakeGo = `#!/usr/bin/env bash
+case "$1" in
+env) for v in "${@:2}"; do case $v in GOVERSION) echo go1.26.0;; GOOS) echo linux;; GOARCH) echo amd64;; *) echo /tmp;; esac; done ;;
+list) echo v1.36.3 ;;
+build)
+	if [[ ${FAKE_GO_BUILD:-} == refuse ]]; then
+		echo "go: downloading k8s.io/sample-controller v0.36.5"
+		echo "k8s.io/sample-controller@v0.36.5: reading https://proxy.golang.org/k8s.io/sample-controller/@v/v0.36.5.zip: 403 Forbidden" >&2
+		exit 1
+	fi
+	while [[ $# -gt 0 ]]; do [[ $1 == -o ]] && { echo built >"$2"; }; shift; done ;;
+esac
+`
+
+// buildScript copies build.sh and the tool modules into a scratch tree (so the tools it
+// links land in that tree's bin/), with a fake go command first on PATH.
+func buildScript(t *testing.T) (run func(env ...string) (string, error), root, cache string) {
+	t.Helper()
+	repo, err := tools.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, cache = t.TempDir(), t.TempDir()
+	for _, rel := range []string{"hack/tools/build.sh", "hack/tools/peers/go.mod", "hack/tools/peers/go.sum"} {
+		data, err := os.ReadFile(filepath.Join(repo, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, data, 0o755); err != nil { //nolint:gosec // G306: the script must be executable
+			t.Fatal(err)
+		}
+	}
+	fakeBin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(fakeBin, "go"), []byte(fakeGo), 0o755); err != nil { //nolint:gosec // G306: an executable
+		t.Fatal(err)
+	}
+	run = func(env ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(root, "hack/tools/build.sh"), "peers")
+		cmd.Env = append(os.Environ(), append(env, "PATH="+fakeBin+":"+os.Getenv("PATH"), "PHALANKS_TOOLS_CACHE="+cache)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	return run, root, cache
+}
+
+func TestToolBuildFailureSaysWhatFailedAndCachesNothing(t *testing.T) {
+	run, root, cache := buildScript(t)
+	out, err := run("FAKE_GO_BUILD=refuse")
+	if err == nil {
+		t.Fatalf("a refused module did not fail the build:\n%s", out)
+	}
+	for _, want := range []string{
+		"FAILED building set peers (package k8s.io/sample-controller)",
+		"the module proxy refused k8s.io/sample-controller@v0.36.5",
+		"hack/tools/peers/go.mod",
+		"retry with: hack/tools/build.sh peers",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	entries, _ := filepath.Glob(filepath.Join(cache, "peers-*"))
+	if len(entries) != 0 {
+		t.Errorf("a failed build left cache entries %v", entries)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "bin", "sample-controller")); err == nil {
+		t.Error("a failed build linked a binary into bin/")
+	}
+
+	// The retry then builds, announcing the plan first and the time last, and a third run
+	// takes the entry as it is.
+	out, err = run()
+	if err != nil {
+		t.Fatalf("retry: %v\n%s", err, out)
+	}
+	plan, built := strings.Index(out, "about  1 min on 2 cores  sample-controller"), strings.Index(out, "peers built in")
+	if plan < 0 || built < plan {
+		t.Errorf("want the plan, then the finished set:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(root, "bin", "sample-controller")); err != nil {
+		t.Errorf("the built tool is not linked into bin/: %v", err)
+	}
+	if out, err = run("FAKE_GO_BUILD=refuse"); err != nil || strings.Contains(out, "building") {
+		t.Errorf("a cached set was built again (err %v):\n%s", err, out)
+	}
+}
