@@ -210,7 +210,7 @@ TOOLS_uninstall := gen kubectl
 TOOLS_deploy := gen kubectl
 TOOLS_undeploy := gen kubectl
 TOOLS_demo := gen kube kubectl kwok minio
-TOOLS_test := gen lint kube kwok minio
+TOOLS_test := gen lint kube kubectl kwok minio node containerd cni
 TOOLS_test-e2e := $(TOOLS_demo)
 TOOLS_test-olm := gen kube kubectl kwok minio olm opm
 TOOLS_bench := kube kwok minio peers
@@ -220,17 +220,26 @@ TOOLS_scorecard := gen kube
 # go, so a first run prints one plan with every set it is about to build.
 tools-for-%:
 	@hack/tools/build.sh $(or $(TOOLS_$*),$(error no TOOLS_$* in the Makefile))
+	$(if $(filter node,$(TOOLS_$*)),@hack/tools/apt.sh $(NODE_PACKAGES))
+
+# The real node's commands from Debian (command=package), installed when missing: runc
+# (containerd runs pods with it), iptables (kube-proxy, the CNI portmap plugin), ip (the
+# node's network namespace).
+NODE_PACKAGES := runc=runc iptables=iptables ip=iproute2
 
 .PHONY: tools
 tools: ## Build every default tool set into the per-machine cache (hack/tools/build.sh).
 	hack/tools/build.sh
 
 # tools-<set> builds one set; tools-olm builds both OLM sets (olm and opm).
-TOOL_SETS := gen lint kube kubectl kwok minio opm peers
-.PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-olm
+TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni
+.PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*
 tools-runtime: ## Build the sets the local cluster and MinIO harnesses run (kube, kubectl, kwok, minio).
 	@hack/tools/build.sh kube kubectl kwok minio
+tools-node: ## Build the real node's kubelet, kube-proxy, containerd and CNI plugins; install runc, iptables and ip from Debian when missing.
+	@hack/tools/build.sh node containerd cni
+	@hack/tools/apt.sh $(NODE_PACKAGES)
 tools-olm: ## Build OLM (olm, catalog, package-server) and opm for the OLM end-to-end test.
 	@hack/tools/build.sh olm opm

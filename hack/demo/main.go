@@ -194,7 +194,7 @@ func (e *env) teardown(clean bool) {
 		_ = e.s3.Stop()
 	}
 	if e.cluster != nil {
-		e.cluster.Stop()
+		_ = e.cluster.Stop()
 	}
 	if clean && os.Getenv("DEMO_KEEP") != "1" {
 		_ = os.RemoveAll(e.dir)
