@@ -3,9 +3,16 @@ package realnode_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	. "github.com/onsi/gomega"
 
 	"github.com/phalanks/phalanks-operator/test/harness/cluster"
 	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
@@ -19,24 +26,81 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func TestNodeReady(t *testing.T) {
+// hostPaths are where containerd, the kubelet and the CNI plugins write when left alone.
+var hostPaths = []string{
+	"/run/containerd", "/run/mount", "/run/nri", "/run/xtables.lock",
+	"/var/log/containers", "/var/log/pods",
+	"/var/lib/kubelet", "/var/lib/containerd", "/var/lib/cni",
+	"/opt/containerd",
+}
+
+func TestRealNodeLeavesNothingBehind(t *testing.T) {
+	g := NewWithT(t)
+	before := snapshot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Dir: keepDir(t), RealNode: true})
-	if err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Logf("ready in %s", time.Since(start))
-	if err := c.Stop(); err != nil {
-		t.Fatal(err)
-	}
+	c, err := cluster.Start(ctx, cluster.Options{Dir: t.TempDir(), RealNode: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("control plane and real node ready in %s", time.Since(start).Round(time.Millisecond))
+	g.Expect(c.Stop()).To(Succeed())
+	g.Expect(snapshot(t)).To(Equal(before))
 }
 
-func keepDir(t *testing.T) string {
-	if d := os.Getenv("KEEP"); d != "" {
-		_ = os.RemoveAll(d)
-		return d
+// state is what a node could leave behind.
+type state struct {
+	Processes []string
+	Mounts    []string
+	Links     []string
+	Cgroups   []string
+	Rules     []string
+	HostPaths []string
+}
+
+func snapshot(t *testing.T) state {
+	t.Helper()
+	var s state
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if p == "/proc/1/cmdline" {
+			continue
+		}
+		cmd, _ := os.ReadFile(p)
+		s.Processes = append(s.Processes, filepath.Base(filepath.Dir(p))+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
 	}
-	return t.TempDir()
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(mountinfo)) {
+		s.Mounts = append(s.Mounts, strings.Fields(line)[4])
+	}
+	links, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		s.Links = append(s.Links, l.Name)
+	}
+	s.Cgroups, _ = filepath.Glob(filepath.Join("/sys/fs/cgroup/*", sandbox.CgroupName()))
+	out, err := exec.Command("iptables-save").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rules and user-defined chains; the tables and their built-in chains stay once
+	// loaded.
+	builtin := map[string]bool{"INPUT": true, "OUTPUT": true, "FORWARD": true, "PREROUTING": true, "POSTROUTING": true}
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) > 0 && (strings.HasPrefix(f[0], "-") || (strings.HasPrefix(f[0], ":") && !builtin[f[0][1:]])) {
+			s.Rules = append(s.Rules, strings.TrimSpace(line))
+		}
+	}
+	for _, p := range hostPaths {
+		if _, err := os.Lstat(p); err == nil {
+			s.HostPaths = append(s.HostPaths, p)
+		}
+	}
+	slices.Sort(s.Mounts)
+	return s
 }
