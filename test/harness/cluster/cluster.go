@@ -102,7 +102,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	c := &Cluster{o: o, LogDir: filepath.Join(o.Dir, "logs"), pki: filepath.Join(o.Dir, "pki")}
 	defer func() {
 		if err != nil {
-			c.Stop()
+			err = errors.Join(err, c.Stop())
 			err = fmt.Errorf("%w (component logs in %s)", err, c.LogDir)
 		}
 	}()

@@ -20,7 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/phalanks/phalanks-operator/internal/imagebuild"
 	"github.com/phalanks/phalanks-operator/test/harness/certs"
+	"github.com/phalanks/phalanks-operator/test/harness/images"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
 	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
@@ -43,9 +45,11 @@ type node struct {
 	// mount ID and path; every other one is the node's to unmount.
 	mountsBefore map[string]bool
 
-	containerd *process.Process
-	kubelet    *process.Process
-	proxy      *process.Process
+	registry    *imagebuild.Registry
+	registryLog *os.File
+	containerd  *process.Process
+	kubelet     *process.Process
+	proxy       *process.Process
 }
 
 // startNode brings the real node up and waits until it is Ready and schedulable and
@@ -84,6 +88,7 @@ func (c *Cluster) startNode(ctx context.Context) error {
 		{"create the node's cgroup", n.createCgroups},
 		{"write the node's certificates", n.writePKI},
 		{"write the CNI configuration", n.writeCNIConfig},
+		{"start the local registry with the pause image", func() error { return n.startRegistry(ctx) }},
 		{"start containerd", func() error { return n.startContainerd(runc) }},
 		{"start the kubelet", n.startKubelet},
 		{"start kube-proxy", n.startKubeProxy},
@@ -109,7 +114,7 @@ func (n *node) checkDir() error {
 		}
 	}
 	n.dir = abs
-	return os.MkdirAll(n.dir, 0o755)
+	return os.MkdirAll(n.dir, 0o750)
 }
 
 // setUpNetwork gives the node its IP on a veth pair, routes Service ClusterIPs through
@@ -131,7 +136,7 @@ func (n *node) setUpNetwork() error {
 	}
 	// Both are per network namespace.
 	for key, value := range map[string]string{"net/ipv4/ip_forward": "1", "net/bridge/bridge-nf-call-iptables": "1"} {
-		if err := os.WriteFile(filepath.Join("/proc/sys", key), []byte(value), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join("/proc/sys", key), []byte(value), 0o600); err != nil {
 			return fmt.Errorf("sysctl %s: %w", key, err)
 		}
 	}
@@ -144,10 +149,19 @@ func (n *node) shieldHost() error {
 	for _, d := range overlaidDirs {
 		base := filepath.Join(n.dir, "overlay", strings.ReplaceAll(strings.TrimPrefix(d, "/"), "/", "-"))
 		upper, work := filepath.Join(base, "upper"), filepath.Join(base, "work")
-		for _, p := range []string{upper, work} {
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				return err
-			}
+		if err := os.MkdirAll(work, 0o700); err != nil {
+			return err
+		}
+		// The overlay's root takes the upper directory's mode: keep the host directory's.
+		lower, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(upper, 0o700); err != nil {
+			return err
+		}
+		if err := os.Chmod(upper, lower.Mode().Perm()); err != nil {
+			return err
 		}
 		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", d, upper, work)
 		if err := syscall.Mount("overlay", d, "overlay", 0, opts); err != nil {
@@ -196,7 +210,7 @@ func (n *node) createCgroups() error {
 		return err
 	}
 	for _, d := range dirs {
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		if err := os.Mkdir(d, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
 	}
@@ -234,6 +248,41 @@ func (n *node) writePKI() error {
 		}
 	}
 	return nil
+}
+
+// startRegistry serves the local registry in this process, on the node's loopback, and
+// pushes the pause image the node's containerd runs every pod sandbox from.
+func (n *node) startRegistry(ctx context.Context) error {
+	log, err := os.OpenFile(filepath.Join(n.c.LogDir, "registry.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	n.registry, err = imagebuild.StartRegistry(registryListen, imagebuild.RegistryOptions{BlobDir: filepath.Join(n.dir, "registry"), Log: log})
+	if err != nil {
+		_ = log.Close()
+		return err
+	}
+	n.registryLog = log
+	pause, err := images.Pause(ctx, filepath.Join(n.dir, "build"))
+	if err != nil {
+		return err
+	}
+	_, err = n.c.Push(ctx, strings.TrimPrefix(PauseImage, RegistryHost+"/"), pause)
+	return err
+}
+
+// registryListen is where the local registry listens: RegistryHost, by address.
+const registryListen = "127.0.0.1:5000"
+
+// Push pushes an image or an image index to the real node's local registry as
+// RegistryHost/repository, where repository is "path/name:tag", and returns its reference
+// by digest. A name under a mirrored registry (Options.Mirrors) runs as that registry's:
+// "phalanks/x:v1" pushed here runs as "quay.io/phalanks/x:v1".
+func (c *Cluster) Push(ctx context.Context, repository string, a imagebuild.Artifact) (string, error) {
+	if c.node == nil || c.node.registry == nil {
+		return "", errors.New("the cluster has no real node and no local registry")
+	}
+	return imagebuild.Push(ctx, RegistryHost+"/"+repository, a, imagebuild.Options{})
 }
 
 func (n *node) startContainerd(runc string) error {
@@ -365,6 +414,9 @@ func (n *node) stop() error {
 		errs = append(errs, n.containerd.Stop(15*time.Second))
 	}
 	errs = append(errs, killAndReap(shims))
+	if n.registry != nil {
+		errs = append(errs, n.registry.Close(), n.registryLog.Close())
+	}
 	errs = append(errs, n.removeNetwork())
 	errs = append(errs, n.unmountAll())
 	if n.cgroup != "" {
@@ -379,16 +431,18 @@ func (n *node) stop() error {
 
 // killContainers kills the process of every container containerd runs (each container's
 // init, whose exit ends its PID namespace) and returns the PIDs of their shims, which
-// outlive containerd by design.
+// outlive containerd by design: each init's parent.
 func (n *node) killContainers() []int {
 	tasks, _ := filepath.Glob("/run/containerd/io.containerd.runtime.v2.task/*/*")
 	var inits, shims []int
 	for _, t := range tasks {
-		if pid, err := readPID(filepath.Join(t, "init.pid")); err == nil {
-			inits = append(inits, pid)
+		pid, err := readPID(filepath.Join(t, "init.pid"))
+		if err != nil {
+			continue
 		}
-		if pid, err := readPID(filepath.Join(t, "shim.pid")); err == nil {
-			shims = append(shims, pid)
+		inits = append(inits, pid)
+		if ppid := parentOf(pid); ppid > 1 && !slices.Contains(shims, ppid) {
+			shims = append(shims, ppid)
 		}
 	}
 	for _, pid := range inits {
@@ -400,22 +454,18 @@ func (n *node) killContainers() []int {
 }
 
 func readPID(path string) (int, error) {
-	data, err := os.ReadFile(path) //nolint:gosec // G304: a pid file containerd wrote in the node's state
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
 	return strconv.Atoi(strings.TrimSpace(string(data)))
 }
 
-// killAndReap kills the processes and reaps those that became this process's children
-// (shims are re-parented to the sandbox's PID 1 when containerd exits).
+// killAndReap kills the processes and waits until they are gone: the sandbox's init
+// reaps them (shims are its children once their starter has exited).
 func killAndReap(pids []int) error {
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	for _, pid := range pids {
-		var ws syscall.WaitStatus
-		_, _ = syscall.Wait4(pid, &ws, 0, nil)
 	}
 	if left := waitGone(pids, 30*time.Second); len(left) > 0 {
 		return fmt.Errorf("processes %v survived SIGKILL", left)
@@ -440,16 +490,30 @@ func waitGone(pids []int, timeout time.Duration) []int {
 	}
 }
 
-// alive reports whether a process exists and is not a zombie.
+// alive reports whether a process exists, zombies included: it is gone once reaped.
 func alive(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err == nil
+}
+
+// parentOf returns a process's parent PID, or 0.
+func parentOf(pid int) int {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return 0
 	}
-	// The state follows the command name in parentheses.
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
 	s := string(data)
 	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
 }
 
 // removeNetwork deletes the node's links and flushes the rules kube-proxy, the kubelet
