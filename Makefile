@@ -209,10 +209,10 @@ TOOLS_install := gen kubectl
 TOOLS_uninstall := gen kubectl
 TOOLS_deploy := gen kubectl
 TOOLS_undeploy := gen kubectl
-TOOLS_demo := gen kube kubectl kwok minio
+TOOLS_demo := gen kube kubectl kwok minio node containerd cni
 TOOLS_test := gen lint kube kubectl kwok minio node containerd cni
 TOOLS_test-e2e := $(TOOLS_demo)
-TOOLS_test-olm := gen kube kubectl kwok minio olm opm
+TOOLS_test-olm := gen kube kubectl kwok minio olm opm node containerd cni
 TOOLS_bench := kube kwok minio peers
 TOOLS_scorecard := gen kube
 

@@ -74,10 +74,14 @@ func (c *Cluster) startNode(ctx context.Context) error {
 	if _, err := exec.LookPath("iptables"); err != nil {
 		return errors.New("iptables not found in PATH: run `make tools-node`, which installs Debian's iptables")
 	}
-	for _, name := range []string{"containerd", "containerd-shim-runc-v2", "kubelet", "kube-proxy", "bridge", "host-local", "loopback", "portmap"} {
-		if _, err := tools.Path(name); err != nil {
-			return fmt.Errorf("%w (the real node's tools: `make tools-node`)", err)
-		}
+	// containerd finds its shim and the CNI plugins in the tools directory itself; a missing
+	// one fails the start here rather than the first pod.
+	if err := errors.Join(
+		found(tools.Path("containerd")), found(tools.Path("containerd-shim-runc-v2")),
+		found(tools.Path("kubelet")), found(tools.Path("kube-proxy")),
+		found(tools.Path("bridge")), found(tools.Path("host-local")), found(tools.Path("loopback")), found(tools.Path("portmap")),
+	); err != nil {
+		return fmt.Errorf("%w (the real node's tools: `make tools-node`)", err)
 	}
 	steps := []struct {
 		what string
@@ -100,6 +104,9 @@ func (c *Cluster) startNode(ctx context.Context) error {
 	}
 	return n.waitReady(ctx)
 }
+
+// found drops a tool's path, keeping the error.
+func found(_ string, err error) error { return err }
 
 // checkDir refuses a node directory inside one of the overlaid paths: containerd's
 // overlay snapshots cannot live on an overlay filesystem.
