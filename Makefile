@@ -41,7 +41,7 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
 
 .PHONY: demo
-demo: tools-for-demo build ## Run the operator on a local control plane with MinIO and the samples (DEMO_ONESHOT=1 exits when they are ready).
+demo: tools-for-demo build ## Run the operator on a local cluster with a real node (needs root), MinIO and the samples, their pods running (DEMO_ONESHOT=1 exits when they are ready).
 	go run ./hack/demo
 
 ##@ Development

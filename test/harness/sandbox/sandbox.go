@@ -27,6 +27,9 @@ import (
 )
 
 const (
+	// envPIDFile names the file where the copy outside records the host PID of the
+	// sandbox's init, for EnterCommand.
+	envPIDFile = "PHALANKS_SANDBOX_PID_FILE"
 	// envName holds the sandbox's name, unique on the machine, which names its cgroup.
 	envName = "PHALANKS_SANDBOX"
 	// cgroupRoot is where the v1 and v2 cgroup hierarchies are mounted.
@@ -46,13 +49,27 @@ func CgroupName() string {
 	return os.Getenv(envName)
 }
 
+// EnterCommand returns the command that runs a program on the host inside this sandbox's
+// network and mount namespaces (as root), for a person to look around: kubectl against
+// the cluster, ctr against the node's containerd.
+func EnterCommand() (string, error) {
+	if !Inside() {
+		return "", errors.New("not inside a sandbox")
+	}
+	data, err := os.ReadFile(os.Getenv(envPIDFile)) //nolint:gosec // G703: the file the copy outside created and named
+	if err != nil || len(data) == 0 {
+		return "", fmt.Errorf("the sandbox's PID on the host is unknown: %w", err)
+	}
+	return "nsenter --target " + strings.TrimSpace(string(data)) + " --net --mount", nil
+}
+
 // Environ returns the process's environment without the sandbox's variables: a program
 // started inside a sandbox with it gets a sandbox of its own from Enter, nested in this
 // one.
 func Environ() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envName+"=") && !strings.HasPrefix(kv, envRole+"=") {
+		if !strings.HasPrefix(kv, envName+"=") && !strings.HasPrefix(kv, envRole+"=") && !strings.HasPrefix(kv, envPIDFile+"=") {
 			env = append(env, kv)
 		}
 	}
@@ -103,7 +120,12 @@ func Enter() error {
 	if err != nil {
 		return err
 	}
-	cmd, err := again(envName+"="+name, envRole+"="+roleInit)
+	pidFile, err := os.CreateTemp("", name+"-*.pid")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(pidFile.Name()) }()
+	cmd, err := again(envName+"="+name, envRole+"="+roleInit, envPIDFile+"="+pidFile.Name())
 	if err != nil {
 		return err
 	}
@@ -114,6 +136,8 @@ func Enter() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start the sandbox: %w", err)
 	}
+	_, _ = fmt.Fprint(pidFile, cmd.Process.Pid)
+	_ = pidFile.Close()
 	stop := forwardSignals(cmd.Process)
 	err = cmd.Wait()
 	stop()
@@ -122,6 +146,7 @@ func Enter() error {
 	if rmErr := removeCgroups(name); rmErr != nil {
 		fmt.Fprintln(os.Stderr, "sandbox:", rmErr)
 	}
+	_ = os.Remove(pidFile.Name())
 	if err != nil && !isExit(err) {
 		return fmt.Errorf("run the sandbox: %w", err)
 	}
