@@ -40,7 +40,7 @@ func run(dir string, nodes int) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = c.Stop() }()
+	defer c.Stop()
 	fmt.Printf("local cluster ready in %s\n  export KUBECONFIG=%s\n  logs: %s\nCtrl-C stops it.\n",
 		time.Since(start).Round(time.Second), c.Kubeconfig, c.LogDir)
 	<-ctx.Done()

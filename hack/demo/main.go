@@ -237,7 +237,7 @@ func (e *env) teardown(clean bool) {
 		_ = e.s3.Stop()
 	}
 	if e.cluster != nil {
-		if err := e.cluster.Stop(); err != nil {
+		if err := e.cluster.Shutdown(); err != nil {
 			fmt.Fprintln(os.Stderr, "demo:", err)
 		}
 	}

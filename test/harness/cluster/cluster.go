@@ -102,7 +102,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	c := &Cluster{o: o, LogDir: filepath.Join(o.Dir, "logs"), pki: filepath.Join(o.Dir, "pki")}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, c.Stop())
+			err = errors.Join(err, c.Shutdown())
 			err = fmt.Errorf("%w (component logs in %s)", err, c.LogDir)
 		}
 	}()
@@ -481,9 +481,13 @@ func (c *Cluster) failedComponent() error {
 // Healthy returns an error naming the first component that has exited.
 func (c *Cluster) Healthy() error { return c.failedComponent() }
 
-// Stop ends every component, newest first. A real node is torn down first, leaving no
-// process, mount, cgroup or network link behind; what it could not remove is returned.
-func (c *Cluster) Stop() error {
+// Stop ends every component, newest first; see Shutdown.
+func (c *Cluster) Stop() { _ = c.Shutdown() }
+
+// Shutdown ends every component, newest first. A real node is torn down first, leaving
+// no process, mount, cgroup or network link behind; what it could not remove is
+// returned.
+func (c *Cluster) Shutdown() error {
 	var err error
 	if c.node != nil {
 		err = c.node.stop()

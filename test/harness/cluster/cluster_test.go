@@ -24,7 +24,7 @@ func startCluster(t *testing.T) (*cluster.Cluster, kubernetes.Interface) {
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}
-	t.Cleanup(func() { _ = c.Stop() })
+	t.Cleanup(c.Stop)
 	cs, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)

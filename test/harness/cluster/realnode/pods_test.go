@@ -55,7 +55,7 @@ func TestRealNodeRunsPods(t *testing.T) {
 	stopped := false
 	t.Cleanup(func() {
 		if !stopped {
-			_ = c.Stop()
+			c.Stop()
 		}
 	})
 	t.Logf("control plane and real node ready in %s", time.Since(start).Round(time.Millisecond))
@@ -150,7 +150,7 @@ func TestRealNodeRunsPods(t *testing.T) {
 	g.Expect(c.Healthy()).To(Succeed())
 	// Stopped with a pod running: the teardown must still leave nothing behind.
 	stopped = true
-	g.Expect(c.Stop()).To(Succeed())
+	g.Expect(c.Shutdown()).To(Succeed())
 	g.Expect(snapshot(t, ignore...)).To(Equal(before))
 }
 
