@@ -13,8 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os/exec"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -45,7 +45,7 @@ func Image() (string, error) {
 		return "", err
 	}
 	path := filepath.Join(root, "config", "manager", "kustomization.yaml")
-	data, err := os.ReadFile(path) //nolint:gosec // G304: the repository's own file
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}
@@ -180,7 +180,7 @@ func issue(ctx context.Context, c client.Client, ca *certs.CA, cert *unstructure
 	secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
 	dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
 	if secretName == "" || len(dnsNames) == 0 {
-		return fmt.Errorf("Certificate %s/%s has no secretName or dnsNames", cert.GetNamespace(), cert.GetName())
+		return fmt.Errorf("certificate %s/%s has no secretName or dnsNames", cert.GetNamespace(), cert.GetName())
 	}
 	pair, err := ca.Issue(certs.LeafOptions{CommonName: dnsNames[0], Hosts: dnsNames})
 	if err != nil {
