@@ -107,8 +107,10 @@ verify: tools-for-verify manifests generate catalog ## Regenerate everything (CR
 	fi
 
 .PHONY: test
-test: tools-for-test verify vet lint ## Run verify, vet, lint, then the unit, envtest, MinIO, local-cluster e2e and OLM bundle suites with the race detector.
-	go test $(GO_TEST_FLAGS) ./...
+# The real-node suites (test/e2e/realnode, test/harness/cluster/realnode) need root; the
+# first runs the operator image docker-build writes into IMAGE_LAYOUT.
+test: tools-for-test verify vet lint docker-build ## Run verify, vet, lint, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root).
+	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) ./...
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
