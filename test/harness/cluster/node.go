@@ -45,6 +45,12 @@ type node struct {
 	// mount ID and path; every other one is the node's to unmount.
 	mountsBefore map[string]bool
 
+	// baseHosts is the host's /etc/hosts; stopHosts ends following the Services into
+	// the node's copy, and hostsDone is closed when it has.
+	baseHosts []byte
+	stopHosts context.CancelFunc
+	hostsDone chan struct{}
+
 	registry    *imagebuild.Registry
 	registryLog *os.File
 	containerd  *process.Process
@@ -89,6 +95,7 @@ func (c *Cluster) startNode(ctx context.Context) error {
 	}{
 		{"set up the node's network", n.setUpNetwork},
 		{"overlay the host paths the node writes to", n.shieldHost},
+		{"resolve Service names through /etc/hosts", n.bindHosts},
 		{"create the node's cgroup", n.createCgroups},
 		{"write the node's certificates", n.writePKI},
 		{"write the CNI configuration", n.writeCNIConfig},
@@ -102,7 +109,20 @@ func (c *Cluster) startNode(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", s.what, err)
 		}
 	}
-	return n.waitReady(ctx)
+	if err := n.waitReady(ctx); err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	hostsCtx, stop := context.WithCancel(context.Background())
+	n.stopHosts, n.hostsDone = stop, make(chan struct{})
+	go func() {
+		defer close(n.hostsDone)
+		n.followServices(hostsCtx, cs)
+	}()
+	return nil
 }
 
 // found drops a tool's path, keeping the error.
@@ -181,9 +201,16 @@ func (n *node) shieldHost() error {
 		if err := writeFile(file, []byte(value+"\n")); err != nil {
 			return err
 		}
-		if err := syscall.Mount(file, filepath.Join("/proc/sys", key), "", syscall.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind %s over /proc/sys/%s: %w", file, key, err)
+		if err := bindFile(file, filepath.Join("/proc/sys", key)); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+func bindFile(file, over string) error {
+	if err := syscall.Mount(file, over, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s over %s: %w", file, over, err)
 	}
 	return nil
 }
@@ -411,6 +438,10 @@ func (n *node) processes() []*process.Process {
 // namespaces), newest first; and the node's cgroups.
 func (n *node) stop() error {
 	var errs []error
+	if n.stopHosts != nil {
+		n.stopHosts()
+		<-n.hostsDone
+	}
 	for _, p := range []*process.Process{n.proxy, n.kubelet} {
 		if p != nil {
 			errs = append(errs, p.Stop(15*time.Second))

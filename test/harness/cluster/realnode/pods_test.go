@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -122,6 +123,20 @@ func TestRealNodeRunsPods(t *testing.T) {
 			seen[strings.TrimSpace(string(body))] = true
 			g.Expect(seen).To(HaveLen(2), "both pods answer through the Service")
 		}).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(Succeed())
+	})
+
+	t.Run("processes in the sandbox resolve the Service's name through /etc/hosts", func(t *testing.T) {
+		g := NewWithT(t)
+		hc := &http.Client{Timeout: 5 * time.Second}
+		g.Eventually(func(g Gomega) {
+			addrs, err := net.LookupHost("web." + ns + ".svc")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(addrs).To(ConsistOf(clusterIP))
+			resp, err := hc.Get("http://web." + ns + ".svc.cluster.local/")
+			g.Expect(err).NotTo(HaveOccurred())
+			_ = resp.Body.Close()
+			g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+		}).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 	})
 
 	t.Run("kubectl logs and exec reach the pod through kube-apiserver and the kubelet", func(t *testing.T) {
