@@ -117,13 +117,19 @@ test: tools-for-test verify vet lint docker-build ## Run verify, vet, lint, then
 test-e2e: tools-for-test-e2e build ## Run the demo once: every sample must reach its expected state.
 	DEMO_ONESHOT=1 go run ./hack/demo
 
-# The OLM end-to-end test needs root: it runs the local cluster, OLM (olm, catalog and
-# package-server out of cluster), opm and the manager in a private network namespace. The
-# test binary is built here, with the module proxy at hand, and enters the namespace itself.
+# The OLM end-to-end test needs root: it runs the local cluster with a real node and OLM
+# (olm, catalog and package-server out of cluster) in a sandbox of private namespaces;
+# OLM runs the catalog image, the bundle unpack Jobs, the operator image and the
+# scorecard tests as pods. The test binary is built here, with the module proxy at hand,
+# and enters the sandbox itself; it builds the images for the node's platform.
 OLM_E2E_FLAGS ?=
 .PHONY: test-olm
-test-olm: tools-for-test-olm build ## Install, upgrade and uninstall the operator through the real OLM, end to end (needs root).
+test-olm: tools-for-test-olm ## Install, upgrade and uninstall the operator through the real OLM on a real node, with its scorecard tests as pods (needs root).
 	go -C $(OLM_E2E_MODULE) test -c -tags $(OLM_GO_TAGS) -o $(BIN)/olm-e2e.test .
+	@# The suite compiles the images' binaries inside the sandbox, which has no network.
+	go -C hack/tools/opm mod download
+	go -C hack/tools/healthprobe mod download
+	go -C hack/tools/olm mod download
 	$(BIN)/olm-e2e.test -test.v -test.timeout=40m -ginkgo.v $(OLM_E2E_FLAGS)
 
 # Scenario benchmarks run one at a time (-p 1): each measures a peer in the same run
@@ -269,8 +275,9 @@ tools-for-%:
 
 # The real node's commands from Debian (command=package), installed when missing: runc
 # (containerd runs pods with it), iptables (kube-proxy, the CNI portmap plugin), ip (the
-# node's network namespace).
-NODE_PACKAGES := runc=runc iptables=iptables ip=iproute2
+# node's network namespace), a static busybox (the images that stand in for OLM's util
+# image and operator-sdk scorecard's untar image).
+NODE_PACKAGES := runc=runc iptables=iptables ip=iproute2 busybox=busybox-static
 
 .PHONY: tools
 tools: ## Build every default tool set into the per-machine cache (hack/tools/build.sh).
