@@ -144,16 +144,9 @@ func mkdir(parent, name string) string {
 }
 
 func (e *env) startManager(ctx context.Context) error {
-	ca, err := certs.NewCA("phalanks-demo-webhook-ca")
-	if err != nil {
-		return err
-	}
-	pair, err := ca.Issue(certs.LeafOptions{CommonName: "phalanks-webhook", Hosts: []string{"127.0.0.1", "localhost"}})
-	if err != nil {
-		return err
-	}
 	certDir := mkdir(e.dir, "webhook-certs")
-	if err := pair.Write(certDir, "tls.crt", "tls.key"); err != nil {
+	ca, err := certs.WriteServing(certDir, "127.0.0.1", "localhost")
+	if err != nil {
 		return err
 	}
 	ports := make([]int, 3)
