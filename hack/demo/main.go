@@ -16,7 +16,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -193,15 +192,7 @@ func (e *env) startManager(ctx context.Context) error {
 		return err
 	}
 	return process.WaitFor(e.manager, time.Minute, func() error {
-		resp, err := http.Get("http://" + process.HostPort(healthPort) + "/readyz")
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readyz: %s", resp.Status)
-		}
-		return nil
+		return process.HTTPOK(nil, "http://"+process.HostPort(healthPort)+"/readyz", "")
 	})
 }
 

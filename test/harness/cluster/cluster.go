@@ -279,7 +279,7 @@ func (c *Cluster) startEtcd() error {
 	if err := c.etcd.Start(); err != nil {
 		return err
 	}
-	return process.WaitFor(c.etcd, time.Minute, func() error { return httpOK(http.DefaultClient, client+"/health", "") })
+	return process.WaitFor(c.etcd, time.Minute, func() error { return process.HTTPOK(http.DefaultClient, client+"/health", "") })
 }
 
 // StartAPIServer starts kube-apiserver on the cluster's fixed address (also after
@@ -344,7 +344,7 @@ func (c *Cluster) StartAPIServer() error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(c.caPEM)
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	return process.WaitFor(c.api, 2*time.Minute, func() error { return httpOK(hc, c.Server+"/readyz", c.tokens["admin"]) })
+	return process.WaitFor(c.api, 2*time.Minute, func() error { return process.HTTPOK(hc, c.Server+"/readyz", c.tokens["admin"]) })
 }
 
 // StopAPIServer stops kube-apiserver, leaving etcd and the other components running.
@@ -521,25 +521,6 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
-}
-
-func httpOK(hc *http.Client, url, token string) error {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return nil
 }
 
 func randomHex(n int) string {

@@ -392,7 +392,7 @@ func (n *node) waitReady(ctx context.Context) error {
 				return fmt.Errorf("node %s has taint %s", NodeName, t.ToString())
 			}
 		}
-		if err := httpOK(hc, fmt.Sprintf("http://127.0.0.1:%d/healthz", kubeProxyHealthzPort), ""); err != nil {
+		if err := process.HTTPOK(hc, fmt.Sprintf("http://127.0.0.1:%d/healthz", kubeProxyHealthzPort), ""); err != nil {
 			return fmt.Errorf("kube-proxy: %w", err)
 		}
 		_, err = cs.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
