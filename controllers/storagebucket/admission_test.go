@@ -8,6 +8,8 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 )
 
@@ -101,6 +103,18 @@ var _ = Describe("StorageBucket admission", func() {
 				sb.Spec.HealthCheck.Timeout = &metav1.Duration{Duration: 10 * time.Second}
 			},
 			"healthCheck.timeout must be shorter than healthCheck.interval"),
+		Entry("a timeout over a minute",
+			func(sb *phalanksv1beta1.StorageBucket) {
+				sb.Spec.HealthCheck.Interval = &metav1.Duration{Duration: 10 * time.Minute}
+				sb.Spec.HealthCheck.Timeout = &metav1.Duration{Duration: 2 * time.Minute}
+			},
+			"healthCheck.timeout must be at most 60s"),
+		Entry("an endpoint with a user name and password",
+			func(sb *phalanksv1beta1.StorageBucket) { sb.Spec.Endpoint = "https://AKIA:secret@s3.example.com" },
+			"endpoint must not hold a user name or password"),
+		Entry("an endpoint with a user name",
+			func(sb *phalanksv1beta1.StorageBucket) { sb.Spec.Endpoint = "https://admin@minio.example.com:9000" },
+			"endpoint must not hold a user name or password"),
 		Entry("a timeout under 100ms",
 			func(sb *phalanksv1beta1.StorageBucket) {
 				sb.Spec.HealthCheck.Timeout = &metav1.Duration{Duration: 10 * time.Millisecond}
@@ -119,6 +133,39 @@ var _ = Describe("StorageBucket admission", func() {
 			func(sb *phalanksv1beta1.StorageBucket) { sb.Spec.ManagementPolicy = "Own" },
 			`spec.managementPolicy: Unsupported value: "Own": supported values: "Observe", "Manage"`),
 	)
+
+	It("names only the real problem of a plain http endpoint, not a missing field", func() {
+		sb := valid()
+		sb.Spec.Endpoint = "http://minio.example.com:9000"
+		err := k8s.Create(context.Background(), sb)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("endpoint uses plain http://"))
+		Expect(err.Error()).NotTo(ContainSubstring("no such key"))
+	})
+
+	It("keeps endpoint and region while the bucket is managed, and lets them change once it is only observed", func() {
+		ctx := context.Background()
+		sb := valid()
+		sb.Spec.ManagementPolicy = phalanksv1beta1.ManagementManage
+		Expect(k8s.Create(ctx, sb)).To(Succeed())
+		for name, edit := range map[string]func(*phalanksv1beta1.StorageBucket){
+			"endpoint": func(s *phalanksv1beta1.StorageBucket) { s.Spec.Endpoint = "https://s3.eu-west-1.amazonaws.com" },
+			"region":   func(s *phalanksv1beta1.StorageBucket) { s.Spec.Region = "eu-west-1" },
+		} {
+			edited := sb.DeepCopy()
+			edit(edited)
+			err := k8s.Update(ctx, edited)
+			Expect(err).To(HaveOccurred(), name)
+			Expect(err.Error()).To(ContainSubstring("endpoint and region cannot change while managementPolicy is Manage"), name)
+		}
+		By("turning management off, which may move it in the same update")
+		sb.Spec.Endpoint, sb.Spec.Region = "https://s3.eu-west-1.amazonaws.com", "eu-west-1"
+		sb.Spec.ManagementPolicy = phalanksv1beta1.ManagementObserve
+		Expect(k8s.Update(ctx, sb)).To(Succeed())
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sb), sb)).To(Succeed())
+		sb.Spec.ManagementPolicy = phalanksv1beta1.ManagementManage
+		Expect(k8s.Update(ctx, sb)).To(Succeed(), "managing the bucket at its new place")
+	})
 
 	It("rejects a change of the bucket name", func() {
 		sb := valid()

@@ -11,6 +11,7 @@ import (
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/internal/s3probe"
+	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 )
 
 func summary(conds []metav1.Condition) string {
@@ -22,9 +23,9 @@ func summary(conds []metav1.Condition) string {
 }
 
 func TestCheckConditions(t *testing.T) {
-	refused := s3probe.NewFailure(s3probe.ReasonConnectionRefused, nil, "connection to h refused")
-	denied := s3probe.NewFailure(s3probe.ReasonInvalidCredentials, nil, "bad key")
-	missing := s3probe.NewFailure(s3probe.ReasonNoSuchBucket, nil, "no bucket")
+	refused := taxonomy.NewFailure(taxonomy.ReasonConnectionRefused, nil, "connection to h refused")
+	denied := taxonomy.NewFailure(taxonomy.ReasonInvalidCredentials, nil, "bad key")
+	missing := taxonomy.NewFailure(taxonomy.ReasonNoSuchBucket, nil, "no bucket")
 	notOurs := notOursFailure("b", "")
 	base := checkInput{depth: s3probe.DepthHeadBucket, secure: true, host: "h", bucket: "b"}
 	with := func(f func(*checkInput)) checkInput { in := base; f(&in); return in }
@@ -69,13 +70,13 @@ func TestCheckConditions(t *testing.T) {
 		"a bucket that could not be created reports why on Managed": {
 			in: with(func(in *checkInput) {
 				in.failure = missing
-				in.manage, in.manageChecked = &manageResult{failure: &s3probe.Failure{Reason: s3probe.ReasonAccessDenied, Check: s3probe.CheckManaged, Message: "managing the bucket: denied"}}, true
+				in.manage, in.manageChecked = &manageResult{failure: &taxonomy.Failure{Reason: taxonomy.ReasonAccessDenied, Check: taxonomy.CheckManaged, Message: "managing the bucket: denied"}}, true
 			}),
 			want: "Reachable=True/EndpointReachable Authenticated=True/CredentialsAccepted BucketAvailable=False/NoSuchBucket Managed=False/AccessDenied",
 		},
 		"unusable inputs leave ownership unchecked": {
 			in: with(func(in *checkInput) {
-				in.failure, in.manage = s3probe.NewFailure(s3probe.ReasonSecretNotFound, nil, "no secret"), &manageResult{}
+				in.failure, in.manage = taxonomy.NewFailure(taxonomy.ReasonSecretNotFound, nil, "no secret"), &manageResult{}
 			}),
 			want: "Reachable=True/EndpointReachable Authenticated=False/SecretNotFound BucketAvailable=Unknown/NotChecked Managed=Unknown/NotChecked",
 		},
@@ -94,7 +95,7 @@ func healthyInput(at time.Time) statusInput {
 		certNotAfter: t0.Add(90 * 24 * time.Hour)}
 }
 
-func failingInput(at time.Time, f *s3probe.Failure, failures int32) statusInput {
+func failingInput(at time.Time, f *taxonomy.Failure, failures int32) statusInput {
 	in := healthyInput(at)
 	in.checks = checkConditions(checkInput{depth: s3probe.DepthHeadBucket, secure: true, host: "h", bucket: "b", failure: f})
 	in.failures, in.lastSuccess = failures, t0
@@ -104,7 +105,7 @@ func failingInput(at time.Time, f *s3probe.Failure, failures int32) statusInput 
 func TestDesiredStatus(t *testing.T) {
 	const heartbeat = time.Hour
 	written, _ := desiredStatus(&phalanksv1beta1.StorageBucketStatus{}, healthyInput(t0), heartbeat)
-	refused := s3probe.NewFailure(s3probe.ReasonConnectionRefused, nil, "connection to h refused")
+	refused := taxonomy.NewFailure(taxonomy.ReasonConnectionRefused, nil, "connection to h refused")
 	for name, tc := range map[string]struct {
 		prev phalanksv1beta1.StorageBucketStatus
 		in   statusInput
@@ -205,8 +206,8 @@ func TestSteadyStateWritesAtMostOnePerHundredProbes(t *testing.T) {
 func TestTransitionEvents(t *testing.T) {
 	ready := healthyInput(t0)
 	readyStatus, _ := desiredStatus(&phalanksv1beta1.StorageBucketStatus{}, ready, time.Hour)
-	refused := s3probe.NewFailure(s3probe.ReasonConnectionRefused, nil, "refused")
-	timeout := s3probe.NewFailure(s3probe.ReasonTimeout, nil, "timeout")
+	refused := taxonomy.NewFailure(taxonomy.ReasonConnectionRefused, nil, "refused")
+	timeout := taxonomy.NewFailure(taxonomy.ReasonTimeout, nil, "timeout")
 	downStatus, _ := desiredStatus(&readyStatus, failingInput(t0.Add(time.Minute), refused, 1), time.Hour)
 	timeoutStatus, _ := desiredStatus(&downStatus, failingInput(t0.Add(2*time.Minute), timeout, 2), time.Hour)
 	backStatus, _ := desiredStatus(&downStatus, healthyInput(t0.Add(3*time.Minute)), time.Hour)
