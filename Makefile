@@ -149,6 +149,11 @@ deploy: tools-for-deploy manifests ## Deploy the operator with kustomize (needs 
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
 	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
 
+.PHONY: deploy-monitoring
+deploy-monitoring: manifests tools-gen ## Deploy like deploy, plus a ServiceMonitor scraping the metrics over verified TLS (needs cert-manager and the Prometheus Operator).
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/prometheus | $(KUBECTL) apply --server-side -f -
+
 .PHONY: undeploy
 undeploy: tools-for-undeploy ## Remove the kustomize deployment.
 	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
