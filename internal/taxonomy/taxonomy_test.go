@@ -122,3 +122,23 @@ func TestEveryReasonBelongsToACheck(t *testing.T) {
 		}
 	}
 }
+
+// TestNoReasonIsAConditionStatus: a reason named like a condition status (the reason
+// Unknown of earlier releases) reads as "Ready: Unknown, reason Unknown" and hides what
+// went wrong.
+func TestNoReasonIsAConditionStatus(t *testing.T) {
+	for _, r := range []taxonomy.Reason{
+		taxonomy.ReasonDNSFailure, taxonomy.ReasonConnectionRefused, taxonomy.ReasonConnectionReset, taxonomy.ReasonNetworkUnreachable,
+		taxonomy.ReasonTimeout, taxonomy.ReasonEndpointNotAllowed, taxonomy.ReasonTLSUnknownAuthority, taxonomy.ReasonCertificateExpired,
+		taxonomy.ReasonCertificateInvalid, taxonomy.ReasonTLSHandshakeFailed, taxonomy.ReasonServerError, taxonomy.ReasonInvalidCredentials,
+		taxonomy.ReasonAccessDenied, taxonomy.ReasonNoSuchBucket, taxonomy.ReasonWrongRegion, taxonomy.ReasonCanaryMismatch,
+		taxonomy.ReasonObjectLockEnabled, taxonomy.ReasonBucketNotEmpty, taxonomy.ReasonErrResourceExists, taxonomy.ReasonTaggingNotSupported,
+		taxonomy.ReasonSecretNotFound, taxonomy.ReasonSecretNotLabeled, taxonomy.ReasonSecretKeyMissing, taxonomy.ReasonCABundleNotFound,
+		taxonomy.ReasonInvalidCABundle, taxonomy.ReasonUnclassified,
+	} {
+		switch r {
+		case "True", "False", "Unknown":
+			t.Errorf("reason %q is also a condition status", r)
+		}
+	}
+}

@@ -24,8 +24,9 @@ type Proxy struct {
 	server   *http.Server
 	done     chan struct{}
 
-	mu   sync.Mutex
-	rule func(*http.Request) *S3Error
+	mu      sync.Mutex
+	rule    func(*http.Request) *S3Error
+	observe func(*http.Request)
 	// requests counts the requests the proxy saw, forwarded or failed.
 	requests atomic.Int64
 }
@@ -60,8 +61,11 @@ func (s *Server) StartProxy() (*Proxy, error) {
 	p.server = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.requests.Add(1)
 		p.mu.Lock()
-		rule := p.rule
+		rule, observe := p.rule, p.observe
 		p.mu.Unlock()
+		if observe != nil {
+			observe(r)
+		}
 		if rule != nil {
 			if e := rule(r); e != nil {
 				w.Header().Set("Content-Type", "application/xml")
@@ -96,6 +100,13 @@ func (p *Proxy) Fail(rule func(*http.Request) *S3Error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.rule = rule
+}
+
+// Observe calls fn with every request as it arrives (before it is forwarded or failed).
+func (p *Proxy) Observe(fn func(*http.Request)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.observe = fn
 }
 
 // Requests returns how many requests the proxy saw.
