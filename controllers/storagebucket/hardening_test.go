@@ -96,7 +96,7 @@ var _ = Describe("A StorageBucket re-created under the same name", func() {
 
 		// Long before the ten-minute interval: the new object is probed on its own.
 		eventuallyReady(second, metav1.ConditionTrue, "BucketReady", 30*time.Second)
-		Eventually(func() bool { return reconciler.Remembers(first.UID) }).WithTimeout(30 * time.Second).Should(BeFalse(),
+		Eventually(func() bool { return reconciler.Remembers(first.UID) }).WithTimeout(30*time.Second).Should(BeFalse(),
 			"the deleted object's memory and schedule are dropped")
 	})
 })
@@ -451,7 +451,7 @@ var _ = Describe("An API error during a pass", func() {
 		sb.Labels = map[string]string{label: "true"}
 		sb.Spec.HealthCheck.Interval = &metav1.Duration{Duration: 10 * time.Minute}
 		create(sb)
-		Eventually(func() string { return logs.String() }).WithTimeout(30 * time.Second).
+		Eventually(func() string { return logs.String() }).WithTimeout(30*time.Second).
 			Should(ContainSubstring("status writes denied by the test"), "the pass failed writing the status")
 		Consistently(func() []metav1.Condition { return get(sb).Status.Conditions }).WithTimeout(2 * time.Second).Should(BeEmpty())
 

@@ -126,6 +126,12 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 			target.Depth, check.readOnly = r.canaryDepth(ctx, sb, in, st, timeout)
 		}
 		check.depth = target.Depth
+		if check.manage != nil && check.manage.recordCreate {
+			// The bucket is missing: record its creation first (this pass's status
+			// write) and create it on the next pass, at once. Nothing to probe yet.
+			res = s3probe.Result{Depth: target.Depth, Start: now}
+			break
+		}
 		res = r.run(ctx, sb, st, target, cause)
 		if managed && st.ownedFor != "" && res.Failure != nil && res.Failure.Reason == taxonomy.ReasonNoSuchBucket {
 			// The bucket went away since ownership was confirmed: create it again.

@@ -92,6 +92,9 @@ func checkConditions(in checkInput) []metav1.Condition {
 		case failedAt >= 0:
 			out = append(out, conditions.Unknown(string(check), reasonNotChecked,
 				fmt.Sprintf("not checked: %s failed", checkOrder[failedAt])))
+		case check == taxonomy.CheckBucketAvailable && in.failure == nil && in.manage != nil && in.manage.recordCreate:
+			out = append(out, conditions.Unknown(string(check), reasonCreating,
+				fmt.Sprintf("bucket %q does not exist yet; this StorageBucket creates it", in.bucket)))
 		case in.failure != nil && in.failure.Check == check:
 			failedAt = i
 			out = append(out, conditions.False(string(check), string(in.failure.Reason), in.failure.Message))

@@ -74,6 +74,16 @@ func TestCheckConditions(t *testing.T) {
 			}),
 			want: "Reachable=True/EndpointReachable Authenticated=True/CredentialsAccepted BucketAvailable=False/NoSuchBucket Managed=False/AccessDenied",
 		},
+		"a missing bucket whose creation is being recorded is Unknown, not a failure": {
+			in:   with(func(in *checkInput) { in.manage, in.manageChecked = &manageResult{recordCreate: true}, true }),
+			want: "Reachable=True/EndpointReachable Authenticated=True/CredentialsAccepted BucketAvailable=Unknown/CreatingBucket Managed=Unknown/CreatingBucket",
+		},
+		"a ReadWrite probe held at List by object lock says so": {
+			in: with(func(in *checkInput) {
+				in.depth, in.readOnly = s3probe.DepthList, &readOnlyReason{reasonObjectLockReadOnly, "object lock is enabled"}
+			}),
+			want: "Reachable=True/EndpointReachable Authenticated=True/CredentialsAccepted BucketAvailable=True/ObjectLockReadOnly",
+		},
 		"unusable inputs leave ownership unchecked": {
 			in: with(func(in *checkInput) {
 				in.failure, in.manage = taxonomy.NewFailure(taxonomy.ReasonSecretNotFound, nil, "no secret"), &manageResult{}
@@ -215,6 +225,10 @@ func TestTransitionEvents(t *testing.T) {
 	notOurs.checks = checkConditions(checkInput{depth: s3probe.DepthHeadBucket, bucket: "b",
 		manage: &manageResult{failure: notOursFailure("b", "")}, manageChecked: true})
 	notOursStatus, _ := desiredStatus(&phalanksv1beta1.StorageBucketStatus{}, notOurs, time.Hour)
+	creating := healthyInput(t0)
+	creating.checks = checkConditions(checkInput{depth: s3probe.DepthHeadBucket, bucket: "b",
+		manage: &manageResult{recordCreate: true}, manageChecked: true})
+	creatingStatus, _ := desiredStatus(&phalanksv1beta1.StorageBucketStatus{}, creating, time.Hour)
 
 	for name, tc := range map[string]struct {
 		prev, next []metav1.Condition
@@ -227,6 +241,8 @@ func TestTransitionEvents(t *testing.T) {
 		"staying Ready is no event":                                {prev: readyStatus.Conditions, next: readyStatus.Conditions, want: ""},
 		"recovering is a Normal event":                             {prev: downStatus.Conditions, next: backStatus.Conditions, want: "Normal/BucketReady"},
 		"a bucket that is not ours is one ErrResourceExists event": {prev: nil, next: notOursStatus.Conditions, want: "Warning/ErrResourceExists"},
+		"a bucket being created is no event":                       {prev: nil, next: creatingStatus.Conditions, want: ""},
+		"a created bucket becoming Ready is a Normal event":        {prev: creatingStatus.Conditions, next: readyStatus.Conditions, want: "Normal/BucketReady"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var got []string
@@ -252,5 +268,19 @@ func TestDeletionStatusReportsTheBlockOnManagedAndReady(t *testing.T) {
 	}
 	if _, again := deletionStatus(&next, 1, blocked, t0.Add(2*time.Minute)); again {
 		t.Error("the same block again is a change")
+	}
+}
+
+func TestDesiredStatusKeepsTheCreationRecord(t *testing.T) {
+	in := healthyInput(t0)
+	in.createdBucket = &phalanksv1beta1.CreatedBucket{Endpoint: "https://s3.example.com", Region: "eu-west-1", Time: metav1.NewTime(t0.Add(500 * time.Millisecond))}
+	recorded, cause := desiredStatus(&phalanksv1beta1.StorageBucketStatus{}, in, time.Hour)
+	if cause != writeChanged || recorded.CreatedBucket == nil || !recorded.CreatedBucket.Time.Equal(&metav1.Time{Time: t0}) {
+		t.Fatalf("cause %s, createdBucket %+v; want the record written, to the second", cause, recorded.CreatedBucket)
+	}
+	later := healthyInput(t0.Add(time.Minute))
+	kept, cause := desiredStatus(&recorded, later, time.Hour)
+	if cause != writeNone || kept.CreatedBucket == nil {
+		t.Errorf("an observation without the record: cause %s, createdBucket %+v; want it kept and nothing written", cause, kept.CreatedBucket)
 	}
 }
