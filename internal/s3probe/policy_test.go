@@ -242,5 +242,3 @@ func TestPolicyChecksTheEndpointOfAProxiedRequest(t *testing.T) {
 		t.Errorf("the proxy was asked %d times for a denied endpoint", n)
 	}
 }
-
-
