@@ -31,7 +31,7 @@ const (
 	// use (for credentials or a CA bundle). The operator reads no other Secret, so that
 	// someone who may create StorageBuckets but not read Secrets cannot have the operator
 	// send the value of an arbitrary Secret to an endpoint of their choosing.
-	LabelSecretAllowed = "phalanks.io/storagebucket-secret"
+	LabelSecretAllowed = "phalanks.io/storagebucket-secret" //nolint:gosec // G101: a label key, not a credential
 )
 
 // AddressingStyle selects how requests name the bucket.

@@ -58,15 +58,6 @@ func blackHole() (string, *atomic.Int64) {
 	return "http://" + l.Addr().String(), &accepted
 }
 
-func eventuallyCondition(sb *phalanksv1beta1.StorageBucket, typ string, status metav1.ConditionStatus, reason string, timeout time.Duration) {
-	GinkgoHelper()
-	Eventually(func(g Gomega) {
-		c := condition(get(sb), typ)
-		g.Expect(c.Status).To(Equal(status), "%s is %s/%s: %s", typ, c.Status, c.Reason, c.Message)
-		g.Expect(c.Reason).To(Equal(reason), "%s is %s/%s: %s", typ, c.Status, c.Reason, c.Message)
-	}).WithTimeout(timeout).WithPolling(200 * time.Millisecond).Should(Succeed())
-}
-
 func deleteAndWait(obj client.Object) {
 	GinkgoHelper()
 	Expect(k8s.Delete(context.Background(), obj)).To(Succeed())

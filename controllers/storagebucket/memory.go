@@ -231,10 +231,3 @@ func answered(f *taxonomy.Failure) bool {
 	}
 	return !taxonomy.EndpointDown(f.Reason)
 }
-
-// sizes returns how many buckets and endpoints the memory holds, for tests and metrics.
-func (m *memory) sizes() (buckets, endpoints int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.buckets), len(m.endpoints)
-}

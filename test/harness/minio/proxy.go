@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Proxy is a plain-HTTP reverse proxy in front of a Server that can answer chosen
@@ -58,7 +59,7 @@ func (s *Server) StartProxy() (*Proxy, error) {
 		pr.SetURL(target)
 		pr.Out.Host = pr.In.Host
 	}}
-	p.server = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.server = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.requests.Add(1)
 		p.mu.Lock()
 		rule, observe := p.rule, p.observe
