@@ -1,6 +1,7 @@
 package s3probe_test
 
 import (
+	"context"
 	"crypto/tls"
 	"net"
 	"net/http"
@@ -334,5 +335,33 @@ func TestCredentialsNeverPrint(t *testing.T) {
 		if strings.Contains(s, "s3cr3t") || strings.Contains(s, "AKIA-visible") {
 			t.Errorf("credentials printed as %q", s)
 		}
+	}
+}
+
+// TestAProbeEndsByTheCallersDeadline: deleting a canary may outlast the probe timeout
+// (a canary must not stay behind), but never the deadline of the pass that runs the
+// probe. The endpoint accepts the canary and then answers nothing.
+func TestAProbeEndsByTheCallersDeadline(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			w.Header().Set("ETag", `"0123456789abcdef0123456789abcdef"`)
+			return
+		}
+		<-r.Context().Done() // the read and the delete hang
+	}))
+	t.Cleanup(srv.Close)
+	const timeout, deadline = 1500 * time.Millisecond, 2 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), deadline)
+	defer cancel()
+	start := time.Now()
+	res := newProber(t).Probe(ctx, s3probe.Target{Endpoint: s3probe.Endpoint{URL: srv.URL}, Bucket: "any-bucket",
+		Depth: s3probe.DepthReadWrite, Timeout: timeout, CanaryKey: ".phalanks-probe/deadline"})
+	elapsed := time.Since(start)
+	if res.Failure == nil || res.Failure.Reason != taxonomy.ReasonTimeout {
+		t.Errorf("got %v, want Timeout", res.Failure)
+	}
+	// Without the bound: the read's timeout plus another whole timeout for the delete.
+	if elapsed > deadline+500*time.Millisecond {
+		t.Errorf("the probe took %s, past the caller's deadline of %s", elapsed.Round(time.Millisecond), deadline)
 	}
 }
