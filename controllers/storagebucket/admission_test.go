@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -151,27 +152,42 @@ var _ = Describe("StorageBucket admission", func() {
 			"endpoint": func(s *phalanksv1beta1.StorageBucket) { s.Spec.Endpoint = "https://s3.eu-west-1.amazonaws.com" },
 			"region":   func(s *phalanksv1beta1.StorageBucket) { s.Spec.Region = "eu-west-1" },
 		} {
-			edited := sb.DeepCopy()
-			edit(edited)
-			err := k8s.Update(ctx, edited)
+			err := updateLatest(sb, edit)
 			Expect(err).To(HaveOccurred(), name)
 			Expect(err.Error()).To(ContainSubstring("endpoint and region cannot change while managementPolicy is Manage"), name)
 		}
 		By("turning management off, which may move it in the same update")
-		sb.Spec.Endpoint, sb.Spec.Region = "https://s3.eu-west-1.amazonaws.com", "eu-west-1"
-		sb.Spec.ManagementPolicy = phalanksv1beta1.ManagementObserve
-		Expect(k8s.Update(ctx, sb)).To(Succeed())
-		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sb), sb)).To(Succeed())
-		sb.Spec.ManagementPolicy = phalanksv1beta1.ManagementManage
-		Expect(k8s.Update(ctx, sb)).To(Succeed(), "managing the bucket at its new place")
+		Expect(updateLatest(sb, func(s *phalanksv1beta1.StorageBucket) {
+			s.Spec.Endpoint, s.Spec.Region = "https://s3.eu-west-1.amazonaws.com", "eu-west-1"
+			s.Spec.ManagementPolicy = phalanksv1beta1.ManagementObserve
+		})).To(Succeed())
+		Expect(updateLatest(sb, func(s *phalanksv1beta1.StorageBucket) {
+			s.Spec.ManagementPolicy = phalanksv1beta1.ManagementManage
+		})).To(Succeed(), "managing the bucket at its new place")
 	})
 
 	It("rejects a change of the bucket name", func() {
 		sb := valid()
 		Expect(k8s.Create(context.Background(), sb)).To(Succeed())
-		sb.Spec.BucketName = "photos-other"
-		err := k8s.Update(context.Background(), sb)
+		err := updateLatest(sb, func(s *phalanksv1beta1.StorageBucket) { s.Spec.BucketName = "photos-other" })
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("bucketName is immutable"))
 	})
 })
+
+// updateLatest applies edit to the newest version of sb and updates it, again when the
+// update lost a race with the controller's status write, and returns the update's
+// (validation) error.
+func updateLatest(sb *phalanksv1beta1.StorageBucket, edit func(*phalanksv1beta1.StorageBucket)) error {
+	GinkgoHelper()
+	ctx := context.Background()
+	var err error
+	Eventually(func() bool {
+		latest := &phalanksv1beta1.StorageBucket{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sb), latest)).To(Succeed())
+		edit(latest)
+		err = k8s.Update(ctx, latest)
+		return !apierrors.IsConflict(err)
+	}).WithTimeout(30 * time.Second).Should(BeTrue())
+	return err
+}
