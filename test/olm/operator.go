@@ -250,6 +250,9 @@ func (k *Kubelet) startPod(ctx context.Context, dep *appsv1.Deployment) (*Pod, e
 		"--metrics-bind-address="+process.HostPort(metricsPort),
 		"--leader-elect-namespace="+dep.Namespace,
 		"--kubeconfig="+kubeconfig,
+		// The test's MinIO listens on 127.0.0.1 in the network namespace, which the
+		// endpoint policy denies unless allowed.
+		"--storagebucket-endpoint-allow-cidrs=127.0.0.1/32",
 	)
 	bin, err := managerBinary()
 	if err != nil {
