@@ -181,6 +181,11 @@ deploy: tools-for-deploy manifests ## Deploy the operator with kustomize (needs 
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
 	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
 
+.PHONY: deploy-monitoring
+deploy-monitoring: tools-for-deploy-monitoring manifests ## Deploy like deploy, plus a ServiceMonitor scraping the metrics over verified TLS (needs cert-manager and the Prometheus Operator).
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/prometheus | $(KUBECTL) apply --server-side -f -
+
 .PHONY: undeploy
 undeploy: tools-for-undeploy ## Remove the kustomize deployment.
 	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
@@ -248,6 +253,7 @@ TOOLS_run := gen
 TOOLS_install := gen kubectl
 TOOLS_uninstall := gen kubectl
 TOOLS_deploy := gen kubectl
+TOOLS_deploy-monitoring := gen kubectl
 TOOLS_undeploy := gen kubectl
 TOOLS_demo := gen kube kubectl kwok minio node containerd cni
 TOOLS_test := gen lint kube kubectl kwok minio node containerd cni

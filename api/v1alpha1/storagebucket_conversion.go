@@ -44,10 +44,28 @@ func (spoke *StorageBucket) ConvertTo(hubRaw conversion.Hub) error {
 	hub.Spec = specToHub(spoke.Spec)
 	hub.Status = statusToHub(spoke.Status, spoke.CreationTimestamp)
 	if data != nil {
-		hub.Spec = restoreSpec(hub.Spec, spoke.Spec, data.Spec)
+		saved := validSpec(data.Spec, hub.Spec)
+		if err := placementKept(saved, spoke.Spec); err != nil {
+			return err
+		}
+		hub.Spec = restoreSpec(hub.Spec, spoke.Spec, saved)
 		if statusFromHub(data.Status) == comparableStatus(spoke.Status) {
 			hub.Status = *data.Status.DeepCopy()
 		}
+	}
+	return nil
+}
+
+// placementKept refuses a v1alpha1 write that moves a managed bucket: v1beta1 rejects
+// a change of endpoint or region while managementPolicy is Manage, and v1alpha1, which
+// cannot see the policy, must not be a way around that.
+func placementKept(saved phalanksv1beta1.StorageBucketSpec, spoke StorageBucketSpec) error {
+	if saved.ManagementPolicy != phalanksv1beta1.ManagementManage {
+		return nil
+	}
+	if read := specFromHub(saved); read.Endpoint != spoke.Endpoint || read.Insecure != spoke.Insecure || read.Region != spoke.Region {
+		return fmt.Errorf("endpoint and region cannot change while managementPolicy is Manage (set in %s): the managed bucket would be "+
+			"left behind on the old endpoint; set managementPolicy to Observe first", phalanksv1beta1.GroupVersion)
 	}
 	return nil
 }
@@ -74,7 +92,7 @@ func (spoke *StorageBucket) ConvertFrom(hubRaw conversion.Hub) error {
 }
 
 // takeConversionData removes the annotation from meta and returns its content, or nil
-// when it is absent, malformed or describes a spec the v1beta1 schema would reject.
+// when it is absent or malformed.
 func takeConversionData(meta *metav1.ObjectMeta) *conversionData {
 	raw, ok := meta.Annotations[ConversionDataAnnotation]
 	if !ok {
@@ -85,15 +103,18 @@ func takeConversionData(meta *metav1.ObjectMeta) *conversionData {
 		meta.Annotations = nil
 	}
 	data := &conversionData{}
-	if err := json.Unmarshal([]byte(raw), data); err != nil || !plausibleHubSpec(data.Spec) {
+	if err := json.Unmarshal([]byte(raw), data); err != nil {
 		return nil
 	}
 	return data
 }
 
-// plausibleHubSpec rejects annotation content that breaks the v1beta1 schema's rules on
-// the fields this conversion would restore, since restored values bypass validation.
-func plausibleHubSpec(s phalanksv1beta1.StorageBucketSpec) bool {
+// validSpec returns the saved spec with every value the v1beta1 schema would reject
+// replaced by what the v1alpha1 fields give (derived) or the v1beta1 default: restored
+// values do not pass through the API server's validation, which checks the request in
+// v1alpha1, so the annotation must not be a way to store what v1beta1 forbids.
+func validSpec(saved, derived phalanksv1beta1.StorageBucketSpec) phalanksv1beta1.StorageBucketSpec {
+	s := *saved.DeepCopy()
 	oneOf := func(v string, allowed ...string) bool {
 		for _, a := range allowed {
 			if v == a {
@@ -102,26 +123,45 @@ func plausibleHubSpec(s phalanksv1beta1.StorageBucketSpec) bool {
 		}
 		return false
 	}
-	hc := s.HealthCheck
-	switch {
-	case !oneOf(string(s.AddressingStyle), "", string(phalanksv1beta1.AddressingAuto), string(phalanksv1beta1.AddressingPath), string(phalanksv1beta1.AddressingVirtualHost)):
-		return false
-	case !oneOf(string(hc.Depth), "", string(phalanksv1beta1.ProbeConnect), string(phalanksv1beta1.ProbeHeadBucket), string(phalanksv1beta1.ProbeList), string(phalanksv1beta1.ProbeReadWrite)):
-		return false
-	case !oneOf(string(s.ManagementPolicy), "", string(phalanksv1beta1.ManagementObserve), string(phalanksv1beta1.ManagementManage)):
-		return false
-	case !oneOf(string(s.DeletionPolicy), "", string(phalanksv1beta1.DeletionRetain), string(phalanksv1beta1.DeletionDelete)):
-		return false
-	case !oneOf(string(s.NonEmptyStrategy), "", string(phalanksv1beta1.NonEmptyFail), string(phalanksv1beta1.NonEmptyDeleteIfEmpty), string(phalanksv1beta1.NonEmptyForceEmpty)):
-		return false
-	case s.DeletionPolicy == phalanksv1beta1.DeletionDelete && s.ManagementPolicy != phalanksv1beta1.ManagementManage:
-		return false
-	case hc.TimeoutDuration() < 0 || (hc.IntervalDuration() > 0 && hc.TimeoutDuration() >= hc.IntervalDuration()):
-		return false
-	case s.CABundle != nil && (s.CABundle.ConfigMapKeyRef == nil) == (s.CABundle.SecretKeyRef == nil):
-		return false
+	if !oneOf(string(s.AddressingStyle), "", string(phalanksv1beta1.AddressingAuto), string(phalanksv1beta1.AddressingPath), string(phalanksv1beta1.AddressingVirtualHost)) {
+		s.AddressingStyle = derived.AddressingStyle
 	}
-	return true
+	if !oneOf(string(s.HealthCheck.Depth), "", string(phalanksv1beta1.ProbeConnect), string(phalanksv1beta1.ProbeHeadBucket), string(phalanksv1beta1.ProbeList), string(phalanksv1beta1.ProbeReadWrite)) {
+		s.HealthCheck.Depth = derived.HealthCheck.Depth
+	}
+	if !oneOf(string(s.ManagementPolicy), "", string(phalanksv1beta1.ManagementObserve), string(phalanksv1beta1.ManagementManage)) {
+		s.ManagementPolicy = derived.ManagementPolicy
+	}
+	if !oneOf(string(s.DeletionPolicy), "", string(phalanksv1beta1.DeletionRetain), string(phalanksv1beta1.DeletionDelete)) ||
+		(s.DeletionPolicy == phalanksv1beta1.DeletionDelete && s.ManagementPolicy != phalanksv1beta1.ManagementManage) {
+		s.DeletionPolicy = derived.DeletionPolicy
+	}
+	if !oneOf(string(s.NonEmptyStrategy), "", string(phalanksv1beta1.NonEmptyFail), string(phalanksv1beta1.NonEmptyDeleteIfEmpty), string(phalanksv1beta1.NonEmptyForceEmpty)) {
+		s.NonEmptyStrategy = derived.NonEmptyStrategy
+	}
+	if !s.HealthCheck.Valid() {
+		hc := phalanksv1beta1.HealthCheck{Interval: s.HealthCheck.Interval, Timeout: s.HealthCheck.Timeout, Depth: s.HealthCheck.Depth}
+		if i := hc.IntervalDuration(); i < phalanksv1beta1.MinProbeInterval || i > phalanksv1beta1.MaxProbeInterval {
+			hc.Interval = derived.HealthCheck.Interval.DeepCopy()
+		}
+		if !hc.Valid() {
+			hc.Timeout = &metav1.Duration{Duration: timeoutFor(hc.IntervalDuration())}
+		}
+		s.HealthCheck = hc
+	}
+	if b := s.CABundle; b != nil && ((b.ConfigMapKeyRef == nil) == (b.SecretKeyRef == nil) || !validKeyRef(b.ConfigMapKeyRef) || !validKeyRef(b.SecretKeyRef)) {
+		s.CABundle = nil
+	}
+	if r := s.CredentialsSecretRef; r != nil && (!validName(r.Name) || len(r.AccessKeyIDKey) > 253 || len(r.SecretAccessKeyKey) > 253) {
+		s.CredentialsSecretRef = derived.CredentialsSecretRef.DeepCopy()
+	}
+	return s
+}
+
+func validName(n string) bool { return n != "" && len(n) <= 253 }
+
+func validKeyRef(r *phalanksv1beta1.KeyReference) bool {
+	return r == nil || (validName(r.Name) && len(r.Key) <= 253)
 }
 
 // specToHub maps every v1alpha1 field and fills the rest with the v1beta1 defaults.

@@ -3,6 +3,7 @@ package v1alpha1_test
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,10 +59,13 @@ func configure(f *randfill.Filler) *randfill.Filler {
 			s.NonEmptyStrategy = phalanksv1beta1.NonEmptyStrategy(pick(c, "", "Fail", "DeleteIfEmpty", "ForceEmpty"))
 			s.HealthCheck.Depth = phalanksv1beta1.ProbeDepth(pick(c, "", "Connect", "HeadBucket", "List", "ReadWrite"))
 			if s.HealthCheck.Timeout != nil {
-				s.HealthCheck.Timeout.Duration = s.HealthCheck.IntervalDuration() / time.Duration(2+c.Intn(10))
+				s.HealthCheck.Timeout.Duration = min(s.HealthCheck.IntervalDuration()/time.Duration(2+c.Intn(10)), phalanksv1beta1.MaxProbeTimeout)
+			}
+			if s.CredentialsSecretRef != nil {
+				s.CredentialsSecretRef.Name = "s-" + c.String(10)
 			}
 			if s.CABundle != nil {
-				ref := &phalanksv1beta1.KeyReference{Name: c.String(10), Key: c.String(5)}
+				ref := &phalanksv1beta1.KeyReference{Name: "ca-" + c.String(10), Key: c.String(5)}
 				s.CABundle = &phalanksv1beta1.CABundleSource{}
 				if c.Bool() {
 					s.CABundle.ConfigMapKeyRef = ref
@@ -171,17 +175,70 @@ func hubWithEverything() *phalanksv1beta1.StorageBucket {
 }
 
 func TestV1alpha1Edits(t *testing.T) {
+	observed := func() *phalanksv1beta1.StorageBucket {
+		h := hubWithEverything()
+		h.Spec.ManagementPolicy, h.Spec.DeletionPolicy = phalanksv1beta1.ManagementObserve, phalanksv1beta1.DeletionRetain
+		return h
+	}
 	for name, tc := range map[string]struct {
+		hub   func() *phalanksv1beta1.StorageBucket
 		edit  func(*phalanksv1alpha1.StorageBucket)
 		check func(t *testing.T, got phalanksv1beta1.StorageBucketSpec)
+		// wantErr is what converting the edited object fails with; empty when it succeeds.
+		wantErr string
 	}{
 		"an edited region keeps every v1beta1-only field": {
+			hub:  observed,
 			edit: func(s *phalanksv1alpha1.StorageBucket) { s.Spec.Region = "eu-west-1" },
 			check: func(t *testing.T, got phalanksv1beta1.StorageBucketSpec) {
-				want := hubWithEverything().Spec
+				want := observed().Spec
 				want.Region = "eu-west-1"
 				if !equality.Semantic.DeepEqual(want, got) {
 					t.Error(diff.Diff(want, got))
+				}
+			},
+		},
+		"a managed bucket's region cannot change through v1alpha1": {
+			edit:    func(s *phalanksv1alpha1.StorageBucket) { s.Spec.Region = "eu-west-1" },
+			wantErr: "endpoint and region cannot change while managementPolicy is Manage",
+		},
+		"a managed bucket's endpoint cannot change through v1alpha1": {
+			edit:    func(s *phalanksv1alpha1.StorageBucket) { s.Spec.Endpoint = "minio.example.org:9000" },
+			wantErr: "endpoint and region cannot change while managementPolicy is Manage",
+		},
+		"annotation durations that break the v1beta1 rules fall back to what fits": {
+			edit: func(s *phalanksv1alpha1.StorageBucket) {
+				s.Spec.IntervalSeconds = 30
+				s.Annotations[phalanksv1alpha1.ConversionDataAnnotation] =
+					`{"spec":{"endpoint":"https://minio.example.com:9000/","region":"eu-central-1","healthCheck":{"interval":"2s","timeout":"1ms"}}}`
+			},
+			check: func(t *testing.T, got phalanksv1beta1.StorageBucketSpec) {
+				if !got.HealthCheck.Valid() || got.HealthCheck.IntervalDuration() != 30*time.Second {
+					t.Errorf("healthCheck = interval %s, timeout %s; want the v1alpha1 interval and a valid timeout",
+						got.HealthCheck.IntervalDuration(), got.HealthCheck.TimeoutDuration())
+				}
+			},
+		},
+		"an annotation timeout over the v1beta1 maximum falls back": {
+			edit: func(s *phalanksv1alpha1.StorageBucket) {
+				s.Spec.IntervalSeconds = 600
+				s.Annotations[phalanksv1alpha1.ConversionDataAnnotation] =
+					`{"spec":{"endpoint":"https://minio.example.com:9000/","region":"eu-central-1","healthCheck":{"interval":"10m","timeout":"5m"}}}`
+			},
+			check: func(t *testing.T, got phalanksv1beta1.StorageBucketSpec) {
+				if got.HealthCheck.TimeoutDuration() > phalanksv1beta1.MaxProbeTimeout {
+					t.Errorf("timeout %s restored over the maximum", got.HealthCheck.TimeoutDuration())
+				}
+			},
+		},
+		"an annotation CA bundle without a name is dropped": {
+			edit: func(s *phalanksv1alpha1.StorageBucket) {
+				s.Annotations[phalanksv1alpha1.ConversionDataAnnotation] =
+					`{"spec":{"endpoint":"https://minio.example.com:9000/","region":"eu-central-1","caBundle":{"configMapKeyRef":{"name":""}}}}`
+			},
+			check: func(t *testing.T, got phalanksv1beta1.StorageBucketSpec) {
+				if got.CABundle != nil {
+					t.Errorf("caBundle %+v restored", got.CABundle)
 				}
 			},
 		},
@@ -202,6 +259,7 @@ func TestV1alpha1Edits(t *testing.T) {
 			},
 		},
 		"switching to plain HTTP drops the CA bundle and allows HTTP": {
+			hub:  observed,
 			edit: func(s *phalanksv1alpha1.StorageBucket) { s.Spec.Insecure = true },
 			check: func(t *testing.T, got phalanksv1beta1.StorageBucketSpec) {
 				if got.Endpoint != "http://minio.example.com:9000" || !got.InsecureAllowHTTP || got.CABundle != nil {
@@ -241,19 +299,30 @@ func TestV1alpha1Edits(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
+			hub := hubWithEverything
+			if tc.hub != nil {
+				hub = tc.hub
+			}
 			spoke := &phalanksv1alpha1.StorageBucket{}
-			if err := spoke.ConvertFrom(hubWithEverything()); err != nil {
+			if err := spoke.ConvertFrom(hub()); err != nil {
 				t.Fatal(err)
 			}
 			tc.edit(spoke)
-			hub := &phalanksv1beta1.StorageBucket{}
-			if err := spoke.ConvertTo(hub); err != nil {
+			got := &phalanksv1beta1.StorageBucket{}
+			err := spoke.ConvertTo(got)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("ConvertTo = %v, want an error saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := hub.Annotations[phalanksv1alpha1.ConversionDataAnnotation]; ok {
+			if _, ok := got.Annotations[phalanksv1alpha1.ConversionDataAnnotation]; ok {
 				t.Error("the hub kept the conversion annotation")
 			}
-			tc.check(t, hub.Spec)
+			tc.check(t, got.Spec)
 		})
 	}
 }

@@ -26,6 +26,12 @@ const (
 	// CanaryPrefix is the key prefix under which the ReadWrite probe writes its canary
 	// object, followed by the StorageBucket UID.
 	CanaryPrefix = ".phalanks-probe/"
+
+	// LabelSecretAllowed, with the value "true", marks a Secret that StorageBuckets may
+	// use (for credentials or a CA bundle). The operator reads no other Secret, so that
+	// someone who may create StorageBuckets but not read Secrets cannot have the operator
+	// send the value of an arbitrary Secret to an endpoint of their choosing.
+	LabelSecretAllowed = "phalanks.io/storagebucket-secret" //nolint:gosec // G101: a label key, not a credential
 )
 
 // AddressingStyle selects how requests name the bucket.
@@ -176,6 +182,7 @@ type CABundleSource struct {
 // +kubebuilder:validation:XValidation:rule="duration(self.interval) <= duration('24h')",message="healthCheck.interval must be at most 24h"
 // +kubebuilder:validation:XValidation:rule="duration(self.timeout) < duration(self.interval)",message="healthCheck.timeout must be shorter than healthCheck.interval"
 // +kubebuilder:validation:XValidation:rule="duration(self.timeout) >= duration('100ms')",message="healthCheck.timeout must be at least 100ms"
+// +kubebuilder:validation:XValidation:rule="duration(self.timeout) <= duration('60s')",message="healthCheck.timeout must be at most 60s"
 type HealthCheck struct {
 	// interval between two probes of this bucket, for example 30s or 5m; at least 5s and
 	// at most 24h. Each bucket probes at its own fixed phase within the interval, so many
@@ -188,8 +195,9 @@ type HealthCheck struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Probe interval",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
 	Interval *metav1.Duration `json:"interval,omitempty"`
 
-	// timeout of one probe, at least 100ms and shorter than the interval. A probe that
-	// takes longer fails with reason Timeout.
+	// timeout of one probe, at least 100ms, at most 60s and shorter than the interval. A
+	// probe that takes longer fails with reason Timeout. A whole pass (managing the
+	// bucket, the probe and deleting a canary) takes at most three timeouts.
 	// +optional
 	// +kubebuilder:default="5s"
 	// +kubebuilder:validation:Type=string
@@ -209,7 +217,8 @@ type HealthCheck struct {
 }
 
 // StorageBucketSpec declares a bucket on an S3-compatible endpoint outside the cluster.
-// +kubebuilder:validation:XValidation:rule="!self.endpoint.lowerAscii().startsWith('http://') || self.insecureAllowHTTP",message="endpoint uses plain http://, which sends credentials and data unencrypted; use https:// or set insecureAllowHTTP: true"
+// +kubebuilder:validation:XValidation:rule="!self.endpoint.lowerAscii().startsWith('http://') || (has(self.insecureAllowHTTP) && self.insecureAllowHTTP)",message="endpoint uses plain http://, which sends credentials and data unencrypted; use https:// or set insecureAllowHTTP: true"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.managementPolicy) || oldSelf.managementPolicy != 'Manage' || !has(self.managementPolicy) || self.managementPolicy != 'Manage' || (self.endpoint == oldSelf.endpoint && has(self.region) == has(oldSelf.region) && (!has(self.region) || self.region == oldSelf.region))",message="endpoint and region cannot change while managementPolicy is Manage: the managed bucket would be left behind on the old endpoint. Set managementPolicy to Observe first (the operator then leaves that bucket as it is)"
 // +kubebuilder:validation:XValidation:rule="!has(self.caBundle) || self.endpoint.lowerAscii().startsWith('https://')",message="caBundle applies only to an https:// endpoint"
 // +kubebuilder:validation:XValidation:rule="self.deletionPolicy != 'Delete' || self.managementPolicy == 'Manage'",message="deletionPolicy Delete needs managementPolicy Manage: the operator only deletes buckets it manages"
 type StorageBucketSpec struct {
@@ -228,14 +237,18 @@ type StorageBucketSpec struct {
 	BucketName string `json:"bucketName"`
 
 	// endpoint is the URL of the S3-compatible service, for example
-	// https://s3.eu-central-1.amazonaws.com or https://minio.example.com:9000. Plain
-	// http:// is accepted only together with insecureAllowHTTP.
+	// https://s3.eu-central-1.amazonaws.com or https://minio.example.com:9000, without a
+	// path, query or user information. Plain http:// is accepted only together with
+	// insecureAllowHTTP. It cannot change while managementPolicy is Manage. The operator
+	// connects only to addresses its endpoint policy allows (not loopback, link-local or
+	// cloud metadata addresses, unless its administrator allows them).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="endpoint must be an absolute http:// or https:// URL, for example https://s3.eu-central-1.amazonaws.com"
 	// +kubebuilder:validation:XValidation:rule="!isURL(self) || url(self).getEscapedPath() in ['', '/']",message="endpoint must not have a path: name the bucket in bucketName"
 	// +kubebuilder:validation:XValidation:rule="!isURL(self) || url(self).getQuery().size() == 0",message="endpoint must not have a query"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^:/?#]+://[^/?#]*@')",message="endpoint must not hold a user name or password: put credentials in the Secret that credentialsSecretRef names"
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Endpoint",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
 	Endpoint string `json:"endpoint"`
 
@@ -245,7 +258,8 @@ type StorageBucketSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Allow plain HTTP",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:booleanSwitch"}
 	InsecureAllowHTTP bool `json:"insecureAllowHTTP,omitempty"`
 
-	// region of the bucket, used to sign requests and to create the bucket.
+	// region of the bucket, used to sign requests and to create the bucket. It cannot
+	// change while managementPolicy is Manage.
 	// +optional
 	// +kubebuilder:default="us-east-1"
 	// +kubebuilder:validation:MinLength=1
@@ -262,7 +276,8 @@ type StorageBucketSpec struct {
 	AddressingStyle AddressingStyle `json:"addressingStyle,omitempty"`
 
 	// credentialsSecretRef names the Secret holding the access key pair. Without it,
-	// requests are anonymous.
+	// requests are anonymous. The Secret must carry the label
+	// phalanks.io/storagebucket-secret: "true"; the operator reads no other Secret.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Credentials Secret",xDescriptors={"urn:alm:descriptor:io.kubernetes:Secret"}
 	CredentialsSecretRef *CredentialsSecretReference `json:"credentialsSecretRef,omitempty"`
@@ -355,6 +370,34 @@ type StorageBucketStatus struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Certificate expires",xDescriptors={"urn:alm:descriptor:text"}
 	ServerCertificateNotAfter *metav1.Time `json:"serverCertificateNotAfter,omitempty"`
+
+	// createdBucket records, under managementPolicy Manage, that this StorageBucket
+	// creates its bucket: it is written before the operator first creates the bucket and
+	// kept. A creation interrupted after the bucket was created and before it was tagged
+	// as this StorageBucket's (a timeout, a restart) is finished on the next pass instead
+	// of being taken for someone else's bucket, and deletionPolicy Delete applies to it.
+	// +optional
+	CreatedBucket *CreatedBucket `json:"createdBucket,omitempty"`
+}
+
+// CreatedBucket is where the operator creates the bucket of a StorageBucket.
+type CreatedBucket struct {
+	// endpoint the bucket is created on, as spec.endpoint named it.
+	// +required
+	Endpoint string `json:"endpoint"`
+
+	// region the bucket is created in.
+	// +required
+	Region string `json:"region"`
+
+	// time when the operator recorded that it creates the bucket.
+	// +required
+	Time metav1.Time `json:"time"`
+}
+
+// Records reports whether the record is for the bucket of this spec.
+func (c *CreatedBucket) Records(spec StorageBucketSpec) bool {
+	return c != nil && c.Endpoint == spec.Endpoint && c.Region == spec.Region
 }
 
 // Condition types of a StorageBucket. Ready summarises the others in this order; the
@@ -400,6 +443,23 @@ const (
 	DefaultProbeInterval = 60 * time.Second
 	DefaultProbeTimeout  = 5 * time.Second
 )
+
+// The bounds the schema sets on healthCheck.
+const (
+	MinProbeInterval = 5 * time.Second
+	MaxProbeInterval = 24 * time.Hour
+	MinProbeTimeout  = 100 * time.Millisecond
+	MaxProbeTimeout  = 60 * time.Second
+)
+
+// Valid reports whether the health check meets the schema's rules on its durations
+// (unset ones take their defaults): for code that builds a spec without the API
+// server's validation, such as a conversion.
+func (h HealthCheck) Valid() bool {
+	interval, timeout := h.IntervalDuration(), h.TimeoutDuration()
+	return interval >= MinProbeInterval && interval <= MaxProbeInterval &&
+		timeout >= MinProbeTimeout && timeout <= MaxProbeTimeout && timeout < interval
+}
 
 // StorageBucket is an object-storage bucket on an S3-compatible endpoint outside the
 // cluster, probed periodically for health and optionally created and deleted.

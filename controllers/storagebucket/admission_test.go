@@ -6,7 +6,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 )
@@ -101,6 +103,18 @@ var _ = Describe("StorageBucket admission", func() {
 				sb.Spec.HealthCheck.Timeout = &metav1.Duration{Duration: 10 * time.Second}
 			},
 			"healthCheck.timeout must be shorter than healthCheck.interval"),
+		Entry("a timeout over a minute",
+			func(sb *phalanksv1beta1.StorageBucket) {
+				sb.Spec.HealthCheck.Interval = &metav1.Duration{Duration: 10 * time.Minute}
+				sb.Spec.HealthCheck.Timeout = &metav1.Duration{Duration: 2 * time.Minute}
+			},
+			"healthCheck.timeout must be at most 60s"),
+		Entry("an endpoint with a user name and password",
+			func(sb *phalanksv1beta1.StorageBucket) { sb.Spec.Endpoint = "https://AKIA:secret@s3.example.com" },
+			"endpoint must not hold a user name or password"),
+		Entry("an endpoint with a user name",
+			func(sb *phalanksv1beta1.StorageBucket) { sb.Spec.Endpoint = "https://admin@minio.example.com:9000" },
+			"endpoint must not hold a user name or password"),
 		Entry("a timeout under 100ms",
 			func(sb *phalanksv1beta1.StorageBucket) {
 				sb.Spec.HealthCheck.Timeout = &metav1.Duration{Duration: 10 * time.Millisecond}
@@ -120,12 +134,60 @@ var _ = Describe("StorageBucket admission", func() {
 			`spec.managementPolicy: Unsupported value: "Own": supported values: "Observe", "Manage"`),
 	)
 
+	It("names only the real problem of a plain http endpoint, not a missing field", func() {
+		sb := valid()
+		sb.Spec.Endpoint = "http://minio.example.com:9000"
+		err := k8s.Create(context.Background(), sb)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("endpoint uses plain http://"))
+		Expect(err.Error()).NotTo(ContainSubstring("no such key"))
+	})
+
+	It("keeps endpoint and region while the bucket is managed, and lets them change once it is only observed", func() {
+		ctx := context.Background()
+		sb := valid()
+		sb.Spec.ManagementPolicy = phalanksv1beta1.ManagementManage
+		Expect(k8s.Create(ctx, sb)).To(Succeed())
+		for name, edit := range map[string]func(*phalanksv1beta1.StorageBucket){
+			"endpoint": func(s *phalanksv1beta1.StorageBucket) { s.Spec.Endpoint = "https://s3.eu-west-1.amazonaws.com" },
+			"region":   func(s *phalanksv1beta1.StorageBucket) { s.Spec.Region = "eu-west-1" },
+		} {
+			err := updateLatest(sb, edit)
+			Expect(err).To(HaveOccurred(), name)
+			Expect(err.Error()).To(ContainSubstring("endpoint and region cannot change while managementPolicy is Manage"), name)
+		}
+		By("turning management off, which may move it in the same update")
+		Expect(updateLatest(sb, func(s *phalanksv1beta1.StorageBucket) {
+			s.Spec.Endpoint, s.Spec.Region = "https://s3.eu-west-1.amazonaws.com", "eu-west-1"
+			s.Spec.ManagementPolicy = phalanksv1beta1.ManagementObserve
+		})).To(Succeed())
+		Expect(updateLatest(sb, func(s *phalanksv1beta1.StorageBucket) {
+			s.Spec.ManagementPolicy = phalanksv1beta1.ManagementManage
+		})).To(Succeed(), "managing the bucket at its new place")
+	})
+
 	It("rejects a change of the bucket name", func() {
 		sb := valid()
 		Expect(k8s.Create(context.Background(), sb)).To(Succeed())
-		sb.Spec.BucketName = "photos-other"
-		err := k8s.Update(context.Background(), sb)
+		err := updateLatest(sb, func(s *phalanksv1beta1.StorageBucket) { s.Spec.BucketName = "photos-other" })
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("bucketName is immutable"))
 	})
 })
+
+// updateLatest applies edit to the newest version of sb and updates it, again when the
+// update lost a race with the controller's status write, and returns the update's
+// (validation) error.
+func updateLatest(sb *phalanksv1beta1.StorageBucket, edit func(*phalanksv1beta1.StorageBucket)) error {
+	GinkgoHelper()
+	ctx := context.Background()
+	var err error
+	Eventually(func() bool {
+		latest := &phalanksv1beta1.StorageBucket{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sb), latest)).To(Succeed())
+		edit(latest)
+		err = k8s.Update(ctx, latest)
+		return !apierrors.IsConflict(err)
+	}).WithTimeout(30 * time.Second).Should(BeTrue())
+	return err
+}

@@ -13,6 +13,7 @@ import (
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/internal/s3probe"
+	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 )
 
 // inputs is what a probe needs besides the spec: the key pair and the CA bundle, read
@@ -24,20 +25,30 @@ type inputs struct {
 	// fingerprint changes whenever a referenced object or the adopt annotation
 	// changes, so a changed input is probed at once.
 	fingerprint string
-	// failure says why the inputs are not usable (SecretNotFound, SecretKeyMissing,
-	// CABundleNotFound, InvalidCABundle); nil when they are.
-	failure *s3probe.Failure
+	// failure says why the inputs are not usable (SecretNotFound, SecretNotLabeled,
+	// SecretKeyMissing, CABundleNotFound, InvalidCABundle); nil when they are.
+	failure *taxonomy.Failure
 }
 
 // refReader reads the data of referenced Secrets and ConfigMaps without keeping them in
-// the informer cache: the cache holds their metadata only (resourceVersion), and data
-// is read from the API server once per resourceVersion and kept here.
+// an informer cache: informers hold their metadata only (resourceVersion, labels), and
+// data is read from the API server once per resourceVersion and kept here while a
+// StorageBucket uses it.
+//
+// Secrets are read only when they carry phalanksv1beta1.LabelSecretAllowed: the Secret
+// informer lists only those, and a referenced Secret without the label is looked at
+// through its metadata alone, so its data is never fetched.
 type refReader struct {
-	cache client.Reader // metadata informers
-	api   client.Reader // the API server
+	secrets    client.Reader // metadata informer of the labelled Secrets
+	configMaps client.Reader // metadata informer of every ConfigMap
+	api        client.Reader // the API server
 
 	mu   sync.Mutex
 	data map[refKey]refData
+	// usedBy holds the references each StorageBucket made in its last pass, and users
+	// how many StorageBuckets make each; data no StorageBucket uses any more is dropped.
+	usedBy map[types.UID][]refKey
+	users  map[refKey]int
 }
 
 type refKey struct {
@@ -48,33 +59,55 @@ type refKey struct {
 type refData struct {
 	resourceVersion string
 	values          map[string][]byte
+	// gone is set when the object was deleted; the values are what it held last.
+	gone bool
 }
 
-// read returns the object's data and resourceVersion; found is false when it does not
-// exist. Values are copied from the object, never logged.
-func (r *refReader) read(ctx context.Context, key refKey) (data map[string][]byte, rv string, found bool, err error) {
-	meta := &metav1.PartialObjectMetadata{}
-	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(key.kind))
-	switch err := r.cache.Get(ctx, key.NamespacedName, meta, client.UnsafeDisableDeepCopy); {
-	case apierrors.IsNotFound(err):
-		// The cache may lag a Secret created a moment ago; ask the API server.
-		meta.ResourceVersion = ""
-	case err != nil:
-		return nil, "", false, fmt.Errorf("get %s metadata: %w", key.kind, err)
+// refState is what a read found.
+type refState int
+
+const (
+	refFound refState = iota
+	refNotFound
+	// refNotLabeled: a Secret without the label that allows StorageBuckets to use it.
+	refNotLabeled
+)
+
+// read returns the object's data and resourceVersion. With remembered, an object that
+// was deleted returns the data it last held (refFound) if it was read before. Values
+// are copied from the object, never logged.
+func (r *refReader) read(ctx context.Context, key refKey, remembered bool) (map[string][]byte, string, refState, error) {
+	meta, err := r.metadata(ctx, key)
+	if err != nil {
+		return nil, "", refNotFound, err
 	}
 	r.mu.Lock()
 	cached, ok := r.data[key]
 	r.mu.Unlock()
-	if ok && meta.ResourceVersion != "" && cached.resourceVersion == meta.ResourceVersion {
-		return cached.values, cached.resourceVersion, true, nil
+	switch {
+	case meta == nil:
+		r.markGone(key)
+		if remembered && ok {
+			return cached.values, cached.resourceVersion, refFound, nil
+		}
+		return nil, "", refNotFound, nil
+	case key.kind == kindSecret && meta.Labels[phalanksv1beta1.LabelSecretAllowed] != "true":
+		return nil, meta.ResourceVersion, refNotLabeled, nil
+	case ok && !cached.gone && cached.resourceVersion == meta.ResourceVersion:
+		return cached.values, cached.resourceVersion, refFound, nil
 	}
-	values, rv, err := r.fetch(ctx, key)
-	if apierrors.IsNotFound(err) {
-		r.forget(key)
-		return nil, "", false, nil
-	}
-	if err != nil {
-		return nil, "", false, err
+	values, rv, labeled, err := r.fetch(ctx, key)
+	switch {
+	case apierrors.IsNotFound(err):
+		r.markGone(key)
+		if remembered && ok {
+			return cached.values, cached.resourceVersion, refFound, nil
+		}
+		return nil, "", refNotFound, nil
+	case err != nil:
+		return nil, "", refNotFound, err
+	case !labeled:
+		return nil, rv, refNotLabeled, nil
 	}
 	r.mu.Lock()
 	if r.data == nil {
@@ -82,29 +115,59 @@ func (r *refReader) read(ctx context.Context, key refKey) (data map[string][]byt
 	}
 	r.data[key] = refData{resourceVersion: rv, values: values}
 	r.mu.Unlock()
-	return values, rv, true, nil
+	return values, rv, refFound, nil
 }
 
-func (r *refReader) fetch(ctx context.Context, key refKey) (map[string][]byte, string, error) {
-	if key.kind == "Secret" {
+// metadata returns the object's metadata, or nil when it does not exist. The informer
+// may lag an object created a moment ago, and the Secret informer does not hold Secrets
+// without the label: then the API server is asked for the metadata alone.
+func (r *refReader) metadata(ctx context.Context, key refKey) (*metav1.PartialObjectMetadata, error) {
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(key.kind))
+	informer := r.configMaps
+	if key.kind == kindSecret {
+		informer = r.secrets
+	}
+	err := informer.Get(ctx, key.NamespacedName, meta, client.UnsafeDisableDeepCopy)
+	if apierrors.IsNotFound(err) {
+		meta = &metav1.PartialObjectMetadata{}
+		meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(key.kind))
+		err = r.api.Get(ctx, key.NamespacedName, meta)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get %s metadata: %w", key.kind, err)
+	}
+	return meta, nil
+}
+
+// fetch reads the object's data from the API server. A Secret that lost its label
+// since its metadata was read is not returned.
+func (r *refReader) fetch(ctx context.Context, key refKey) (values map[string][]byte, rv string, labeled bool, err error) {
+	if key.kind == kindSecret {
 		s := &corev1.Secret{}
 		if err := r.api.Get(ctx, key.NamespacedName, s); err != nil {
-			return nil, "", wrapNotFound(err, "get Secret")
+			return nil, "", false, wrapNotFound(err, "get Secret")
 		}
-		return s.Data, s.ResourceVersion, nil
+		if s.Labels[phalanksv1beta1.LabelSecretAllowed] != "true" {
+			return nil, s.ResourceVersion, false, nil
+		}
+		return s.Data, s.ResourceVersion, true, nil
 	}
 	cm := &corev1.ConfigMap{}
 	if err := r.api.Get(ctx, key.NamespacedName, cm); err != nil {
-		return nil, "", wrapNotFound(err, "get ConfigMap")
+		return nil, "", false, wrapNotFound(err, "get ConfigMap")
 	}
-	values := make(map[string][]byte, len(cm.Data)+len(cm.BinaryData))
+	values = make(map[string][]byte, len(cm.Data)+len(cm.BinaryData))
 	for k, v := range cm.BinaryData {
 		values[k] = v
 	}
 	for k, v := range cm.Data {
 		values[k] = []byte(v)
 	}
-	return values, cm.ResourceVersion, nil
+	return values, cm.ResourceVersion, true, nil
 }
 
 func wrapNotFound(err error, what string) error {
@@ -114,17 +177,72 @@ func wrapNotFound(err error, what string) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// forget drops cached data, when the object changed or went away.
-func (r *refReader) forget(key refKey) {
+func (r *refReader) markGone(key refKey) {
 	r.mu.Lock()
-	delete(r.data, key)
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	if d, ok := r.data[key]; ok {
+		d.gone = true
+		r.data[key] = d
+	}
 }
 
+// use records the references a StorageBucket made in a pass, and drops the data of
+// those it no longer makes that no other StorageBucket makes either.
+func (r *refReader) use(uid types.UID, keys []refKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.usedBy == nil {
+		r.usedBy, r.users = map[types.UID][]refKey{}, map[refKey]int{}
+	}
+	before := r.usedBy[uid]
+	r.usedBy[uid] = keys
+	for _, k := range keys {
+		r.users[k]++
+	}
+	r.leaveLocked(before)
+}
+
+// release forgets a StorageBucket's references and drops the data nobody uses any more.
+func (r *refReader) release(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	before := r.usedBy[uid]
+	delete(r.usedBy, uid)
+	r.leaveLocked(before)
+}
+
+func (r *refReader) leaveLocked(keys []refKey) {
+	for _, k := range keys {
+		r.users[k]--
+		if r.users[k] <= 0 {
+			delete(r.users, k)
+			delete(r.data, k)
+		}
+	}
+}
+
+// cached returns the references whose data is held, for tests and metrics.
+func (r *refReader) cached() []refKey {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]refKey, 0, len(r.data))
+	for k := range r.data {
+		out = append(out, k)
+	}
+	return out
+}
+
+const (
+	kindSecret    = "Secret"
+	kindConfigMap = "ConfigMap"
+)
+
 // loadInputs reads the credentials and CA bundle a StorageBucket references. Problems
-// with them (missing Secret or key, bad CA) are reported in inputs.failure; only API
-// errors, which a retry can fix, are returned.
-func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.StorageBucket) (inputs, error) {
+// with them (missing or unlabelled Secret, missing key, bad CA) are reported in
+// inputs.failure; only API errors, which a retry can fix, are returned. With remembered
+// (the deletion of a bucket), a referenced object that is gone gives the data this
+// process last read from it.
+func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.StorageBucket, remembered bool) (inputs, error) {
 	in := inputs{endpoint: s3probe.Endpoint{
 		URL:        sb.Spec.Endpoint,
 		Region:     sb.Spec.Region,
@@ -132,36 +250,46 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 	}}
 	in.host, in.key = in.endpoint.Host(), in.endpoint.Key()
 	fp := "adopt=" + sb.Annotations[phalanksv1beta1.AnnotationAdopt]
+	var used []refKey
+	defer func() { r.refs.use(sb.UID, used) }()
 	if ref := sb.Spec.CABundle; ref != nil {
 		key, name, kind := caRef(sb)
-		data, rv, found, err := r.refs.read(ctx, refKey{kind: kind, NamespacedName: types.NamespacedName{Namespace: sb.Namespace, Name: name}})
+		rk := refKey{kind: kind, NamespacedName: types.NamespacedName{Namespace: sb.Namespace, Name: name}}
+		used = append(used, rk)
+		data, rv, state, err := r.refs.read(ctx, rk, remembered)
 		if err != nil {
 			return in, err
 		}
-		fp += ";ca=" + rv
+		fp += fmt.Sprintf(";ca=%s/%d", rv, state)
 		switch pem, ok := data[key]; {
-		case !found:
-			in.failure = s3probe.NewFailure(s3probe.ReasonCABundleNotFound, nil, "%s %q with the CA bundle does not exist", kind, name)
+		case state == refNotFound:
+			in.failure = taxonomy.NewFailure(taxonomy.ReasonCABundleNotFound, nil, "%s %q with the CA bundle does not exist", kind, name)
+		case state == refNotLabeled:
+			in.failure = notLabeled(sb.Namespace, name, "the CA bundle", taxonomy.CheckReachable)
 		case !ok || len(pem) == 0:
-			in.failure = s3probe.NewFailure(s3probe.ReasonCABundleNotFound, nil, "%s %q has no key %q with the CA bundle", kind, name, key)
+			in.failure = taxonomy.NewFailure(taxonomy.ReasonCABundleNotFound, nil, "%s %q has no key %q with the CA bundle", kind, name, key)
 		default:
 			in.endpoint.CABundle = pem
 		}
 	}
 	if ref := sb.Spec.CredentialsSecretRef; ref != nil && in.failure == nil {
-		data, rv, found, err := r.refs.read(ctx, refKey{kind: "Secret", NamespacedName: types.NamespacedName{Namespace: sb.Namespace, Name: ref.Name}})
+		rk := refKey{kind: kindSecret, NamespacedName: types.NamespacedName{Namespace: sb.Namespace, Name: ref.Name}}
+		used = append(used, rk)
+		data, rv, state, err := r.refs.read(ctx, rk, remembered)
 		if err != nil {
 			return in, err
 		}
-		fp += ";secret=" + rv
+		fp += fmt.Sprintf(";secret=%s/%d", rv, state)
 		idKey, secretKey := ref.Keys()
 		switch {
-		case !found:
-			in.failure = s3probe.NewFailure(s3probe.ReasonSecretNotFound, nil, "credentials Secret %q does not exist", ref.Name)
+		case state == refNotFound:
+			in.failure = taxonomy.NewFailure(taxonomy.ReasonSecretNotFound, nil, "credentials Secret %q does not exist", ref.Name)
+		case state == refNotLabeled:
+			in.failure = notLabeled(sb.Namespace, ref.Name, "the credentials", taxonomy.CheckAuthenticated)
 		case len(data[idKey]) == 0:
-			in.failure = s3probe.NewFailure(s3probe.ReasonSecretKeyMissing, nil, "credentials Secret %q has no value for key %q", ref.Name, idKey)
+			in.failure = taxonomy.NewFailure(taxonomy.ReasonSecretKeyMissing, nil, "credentials Secret %q has no value for key %q", ref.Name, idKey)
 		case len(data[secretKey]) == 0:
-			in.failure = s3probe.NewFailure(s3probe.ReasonSecretKeyMissing, nil, "credentials Secret %q has no value for key %q", ref.Name, secretKey)
+			in.failure = taxonomy.NewFailure(taxonomy.ReasonSecretKeyMissing, nil, "credentials Secret %q has no value for key %q", ref.Name, secretKey)
 		default:
 			in.endpoint.Credentials = &s3probe.Credentials{AccessKeyID: string(data[idKey]), SecretAccessKey: string(data[secretKey])}
 		}
@@ -170,11 +298,26 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 	return in, nil
 }
 
+// notLabeled says exactly what to add to a Secret the operator may not read. For a
+// CA bundle the failure belongs to the Reachable check, like the CA bundle's others.
+func notLabeled(namespace, name, what string, check taxonomy.Check) *taxonomy.Failure {
+	f := taxonomy.NewFailure(taxonomy.ReasonSecretNotLabeled, nil, "%s", notLabeledMessage(namespace, name, what))
+	f.Check = check
+	return f
+}
+
+func notLabeledMessage(namespace, name, what string) string {
+	return fmt.Sprintf("Secret %q holds %s but lacks the label %s=true, without which the operator does not read a Secret "+
+		"(so that a StorageBucket cannot send the values of any other Secret to its endpoint); add it: "+
+		"kubectl label secret %s -n %s %s=true",
+		name, what, phalanksv1beta1.LabelSecretAllowed, name, namespace, phalanksv1beta1.LabelSecretAllowed)
+}
+
 // caRef returns the CA bundle's key, object name and kind.
 func caRef(sb *phalanksv1beta1.StorageBucket) (key, name, kind string) {
-	ref, kind := sb.Spec.CABundle.ConfigMapKeyRef, "ConfigMap"
+	ref, kind := sb.Spec.CABundle.ConfigMapKeyRef, kindConfigMap
 	if ref == nil {
-		ref, kind = sb.Spec.CABundle.SecretKeyRef, "Secret"
+		ref, kind = sb.Spec.CABundle.SecretKeyRef, kindSecret
 	}
 	if ref == nil {
 		return "", "", ""

@@ -19,10 +19,12 @@ var (
 		Help: "Failed bucket probes, by condition reason.",
 	}, []string{"reason"})
 
+	// The StorageBucket's labels are not called namespace and name: a scrape adds the
+	// target's own namespace label (the operator's), which would rename ours.
 	bucketUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "phalanks_storagebucket_up",
 		Help: "1 when the last probe found the bucket Ready, 0 otherwise; removed with the StorageBucket.",
-	}, []string{"namespace", "name"})
+	}, []string{"storagebucket_namespace", "storagebucket"})
 
 	probeLateness = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "phalanks_storagebucket_probe_lateness_seconds",
@@ -50,9 +52,14 @@ var (
 		Name: "phalanks_storagebucket_dispatched_total",
 		Help: "Due buckets the ticker sent to the controller.",
 	})
+
+	endpointDownMarks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "phalanks_storagebucket_endpoint_down_marks_total",
+		Help: "Due buckets marked with the result of another bucket's probe, instead of probed, because their endpoint did not answer (its circuit breaker was open).",
+	})
 )
 
 func init() {
 	metrics.Registry.MustRegister(probeDuration, probeFailures, bucketUp, probeLateness, probesTotal,
-		statusWrites, scheduledBuckets, dispatchedBuckets)
+		statusWrites, scheduledBuckets, dispatchedBuckets, endpointDownMarks)
 }

@@ -10,8 +10,10 @@ import (
 )
 
 // scheduler is the single source of "when is this bucket probed next": a min-heap of
-// due times keyed by bucket. The ticker pops what is due and feeds it to the
-// controller; the reconciler sets the next due time after each probe.
+// due times keyed by StorageBucket UID. The ticker pops what is due and feeds it to the
+// controller; the reconciler sets the next due time after each probe. A StorageBucket
+// re-created under the same name has a new UID and is not on the schedule of its
+// predecessor.
 //
 // An item is either armed (in the heap, waiting for its due time) or dispatched (popped
 // by the ticker, on its way through the channel and the queue). Every reconcile of a
@@ -19,33 +21,33 @@ import (
 // another one in the queue is never lost.
 type scheduler struct {
 	mu    sync.Mutex
-	items map[types.NamespacedName]*schedItem
+	items map[types.UID]*schedItem
 	heap  dueHeap
 	// kick wakes the ticker before its next tick, when something became due now.
 	kick chan struct{}
 }
 
 type schedItem struct {
-	key   types.NamespacedName
+	bucketRef
 	due   time.Time
 	index int // position in the heap; -1 while dispatched
 }
 
 // dueBucket is what the ticker sends through the channel: a bucket and when it is due.
 type dueBucket struct {
-	Key types.NamespacedName
+	bucketRef
 	Due time.Time
 }
 
 func newScheduler() *scheduler {
-	return &scheduler{items: map[types.NamespacedName]*schedItem{}, kick: make(chan struct{}, 1)}
+	return &scheduler{items: map[types.UID]*schedItem{}, kick: make(chan struct{}, 1)}
 }
 
 // Due returns the bucket's due time, and false when the bucket is not scheduled.
-func (s *scheduler) Due(key types.NamespacedName) (time.Time, bool) {
+func (s *scheduler) Due(uid types.UID) (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	it, ok := s.items[key]
+	it, ok := s.items[uid]
 	if !ok {
 		return time.Time{}, false
 	}
@@ -53,31 +55,31 @@ func (s *scheduler) Due(key types.NamespacedName) (time.Time, bool) {
 }
 
 // Schedule sets the bucket's due time and arms it.
-func (s *scheduler) Schedule(key types.NamespacedName, due time.Time) {
+func (s *scheduler) Schedule(b bucketRef, due time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.setLocked(key, due)
+	s.setLocked(b, due)
 }
 
 // Arm puts a dispatched bucket back in the heap with its current due time. It does
 // nothing for an armed or unscheduled bucket.
-func (s *scheduler) Arm(key types.NamespacedName) {
+func (s *scheduler) Arm(uid types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if it, ok := s.items[key]; ok && it.index < 0 {
+	if it, ok := s.items[uid]; ok && it.index < 0 {
 		heap.Push(&s.heap, it)
 	}
 }
 
 // TriggerNow makes the buckets due now (scheduling those that were not) and wakes the
 // ticker, so they are probed at once through the same channel as every other probe.
-func (s *scheduler) TriggerNow(now time.Time, keys ...types.NamespacedName) {
-	if len(keys) == 0 {
+func (s *scheduler) TriggerNow(now time.Time, buckets ...bucketRef) {
+	if len(buckets) == 0 {
 		return
 	}
 	s.mu.Lock()
-	for _, k := range keys {
-		s.setLocked(k, now)
+	for _, b := range buckets {
+		s.setLocked(b, now)
 	}
 	s.mu.Unlock()
 	select {
@@ -86,11 +88,11 @@ func (s *scheduler) TriggerNow(now time.Time, keys ...types.NamespacedName) {
 	}
 }
 
-func (s *scheduler) setLocked(key types.NamespacedName, due time.Time) {
-	it, ok := s.items[key]
+func (s *scheduler) setLocked(b bucketRef, due time.Time) {
+	it, ok := s.items[b.UID]
 	if !ok {
-		it = &schedItem{key: key, index: -1}
-		s.items[key] = it
+		it = &schedItem{bucketRef: b, index: -1}
+		s.items[b.UID] = it
 	}
 	it.due = due
 	if it.index < 0 {
@@ -101,15 +103,29 @@ func (s *scheduler) setLocked(key types.NamespacedName, due time.Time) {
 }
 
 // Forget drops the bucket from the schedule.
-func (s *scheduler) Forget(key types.NamespacedName) {
+func (s *scheduler) Forget(uid types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if it, ok := s.items[key]; ok {
+	if it, ok := s.items[uid]; ok {
 		if it.index >= 0 {
 			heap.Remove(&s.heap, it.index)
 		}
-		delete(s.items, key)
+		delete(s.items, uid)
 	}
+}
+
+// UIDsOf returns the scheduled buckets named key (a StorageBucket and, for a moment,
+// its predecessor of the same name).
+func (s *scheduler) UIDsOf(key types.NamespacedName) []types.UID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []types.UID
+	for uid, it := range s.items {
+		if it.Key == key {
+			out = append(out, uid)
+		}
+	}
+	return out
 }
 
 // PopDue dispatches every armed bucket due at or before until, earliest first.
@@ -119,7 +135,7 @@ func (s *scheduler) PopDue(until time.Time) []dueBucket {
 	var out []dueBucket
 	for len(s.heap) > 0 && !s.heap[0].due.After(until) {
 		it := heap.Pop(&s.heap).(*schedItem)
-		out = append(out, dueBucket{Key: it.key, Due: it.due})
+		out = append(out, dueBucket{bucketRef: it.bucketRef, Due: it.due})
 	}
 	return out
 }

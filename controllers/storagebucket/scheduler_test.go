@@ -20,8 +20,8 @@ import (
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func key(n int) types.NamespacedName {
-	return types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("b%d", n)}
+func key(n int) bucketRef {
+	return bucketRef{UID: types.UID(fmt.Sprintf("uid-%d", n)), Key: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("b%d", n)}}
 }
 
 func keysOf(ds []dueBucket) []string {
@@ -46,7 +46,7 @@ func TestSchedulerPopsOnlyWhatIsDueEarliestFirst(t *testing.T) {
 	if got := keysOf(s.PopDue(t0.Add(2 * time.Second))); len(got) != 0 {
 		t.Errorf("a dispatched bucket was popped again: %v", got)
 	}
-	if due, ok := s.Due(key(1)); !ok || !due.Equal(t0.Add(time.Second)) {
+	if due, ok := s.Due(key(1).UID); !ok || !due.Equal(t0.Add(time.Second)) {
 		t.Errorf("a dispatched bucket keeps its due time while in flight, got %v %v", due, ok)
 	}
 }
@@ -55,16 +55,16 @@ func TestSchedulerArmsADispatchedBucketAgain(t *testing.T) {
 	s := newScheduler()
 	s.Schedule(key(1), t0)
 	s.PopDue(t0)
-	s.Arm(key(1))
+	s.Arm(key(1).UID)
 	if got := keysOf(s.PopDue(t0)); fmt.Sprint(got) != "[b1]" {
 		t.Errorf("re-armed bucket not dispatched again: %v", got)
 	}
 	s.Schedule(key(2), t0.Add(time.Hour))
-	s.Arm(key(2)) // already armed: no duplicate
+	s.Arm(key(2).UID) // already armed: no duplicate
 	if got := keysOf(s.PopDue(t0.Add(time.Hour))); fmt.Sprint(got) != "[b2]" {
 		t.Errorf("arming an armed bucket duplicated it: %v", got)
 	}
-	s.Arm(key(9)) // unknown: nothing happens
+	s.Arm(key(9).UID) // unknown: nothing happens
 	if s.Len() != 2 {
 		t.Errorf("Len = %d, want 2", s.Len())
 	}
@@ -78,11 +78,11 @@ func TestSchedulerReschedulesInPlace(t *testing.T) {
 	if got := keysOf(s.PopDue(t0.Add(time.Minute))); fmt.Sprint(got) != "[b2]" {
 		t.Errorf("moving a due time earlier did not take effect: %v", got)
 	}
-	s.Forget(key(1))
+	s.Forget(key(1).UID)
 	if got := keysOf(s.PopDue(t0.Add(24 * time.Hour))); len(got) != 0 {
 		t.Errorf("a forgotten bucket was dispatched: %v", got)
 	}
-	if _, ok := s.Due(key(1)); ok {
+	if _, ok := s.Due(key(1).UID); ok {
 		t.Error("a forgotten bucket is still scheduled")
 	}
 }
@@ -211,7 +211,7 @@ func TestTickerSendsBucketsDueBeforeTheNextTick(t *testing.T) {
 	if len(events) != 1 {
 		t.Fatalf("dispatched %d buckets, want the one due within the next tick", len(events))
 	}
-	if e := <-events; e.Object.Key != key(1) || !e.Object.Due.Equal(t0.Add(500*time.Millisecond)) {
+	if e := <-events; e.Object.bucketRef != key(1) || !e.Object.Due.Equal(t0.Add(500*time.Millisecond)) {
 		t.Errorf("sent %+v", e.Object)
 	}
 }
@@ -221,9 +221,9 @@ func TestDueHandlerEnqueuesAtLowPriorityAtTheDueTime(t *testing.T) {
 	q := priorityqueue.New[reconcile.Request]("test")
 	defer q.ShutDown()
 	h := dueHandler(clk)
-	h.Generic(t.Context(), event.TypedGenericEvent[dueBucket]{Object: dueBucket{Key: key(1), Due: clk.Now()}}, q)
+	h.Generic(t.Context(), event.TypedGenericEvent[dueBucket]{Object: dueBucket{bucketRef: key(1), Due: clk.Now()}}, q)
 	// A user's edit arrives later but at normal priority: it is served first.
-	q.Add(reconcile.Request{NamespacedName: key(2)})
+	q.Add(reconcile.Request{NamespacedName: key(2).Key})
 	if n := q.Len(); n != 2 { // Len flushes the add buffer, so both are in before the first Get
 		t.Fatalf("queue holds %d ready items, want 2", n)
 	}
@@ -235,7 +235,7 @@ func TestDueHandlerEnqueuesAtLowPriorityAtTheDueTime(t *testing.T) {
 	q.Done(first)
 	q.Done(second)
 
-	h.Generic(t.Context(), event.TypedGenericEvent[dueBucket]{Object: dueBucket{Key: key(3), Due: clk.Now().Add(time.Hour)}}, q)
+	h.Generic(t.Context(), event.TypedGenericEvent[dueBucket]{Object: dueBucket{bucketRef: key(3), Due: clk.Now().Add(time.Hour)}}, q)
 	if n := q.Len(); n != 0 {
 		t.Errorf("a bucket due in an hour is ready now (queue length %d)", n)
 	}
@@ -247,4 +247,22 @@ func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	return ctx, cancel
+}
+
+func TestSchedulerKeysBucketsByUID(t *testing.T) {
+	s := newScheduler()
+	old, renewed := key(1), key(1)
+	renewed.UID = "uid-1-recreated"
+	s.Schedule(old, t0.Add(time.Hour))
+	if _, ok := s.Due(renewed.UID); ok {
+		t.Error("a StorageBucket re-created under the same name inherits its predecessor's schedule")
+	}
+	s.Schedule(renewed, t0)
+	if got := s.UIDsOf(old.Key); len(got) != 2 {
+		t.Errorf("UIDsOf(%s) = %v, want both objects", old.Key, got)
+	}
+	s.Forget(old.UID)
+	if got := s.PopDue(t0.Add(2 * time.Hour)); len(got) != 1 || got[0].UID != renewed.UID {
+		t.Errorf("popped %+v, want only the new object", got)
+	}
 }

@@ -8,12 +8,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"sync"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -39,8 +43,18 @@ type Options struct {
 	// StatusHeartbeat is how often an unchanged status is still written, to refresh
 	// lastProbeTime.
 	StatusHeartbeat time.Duration
+	// EndpointAllowCIDRs and EndpointDenyCIDRs add to the endpoint policy's built-in
+	// rules (see s3probe.Policy).
+	EndpointAllowCIDRs, EndpointDenyCIDRs []string
+	// NamespaceDeletionTimeout is how long a StorageBucket in a namespace being deleted
+	// waits for its bucket to be deleted before it lets go and keeps the bucket.
+	NamespaceDeletionTimeout time.Duration
 	// Clock drives the schedule; nil means the real clock.
 	Clock clock.WithTicker
+	// Resolver and Proxy replace the system resolver and the proxy from the environment,
+	// for tests; nil means the defaults.
+	Resolver *net.Resolver
+	Proxy    func(*http.Request) (*url.URL, error)
 }
 
 // Defaults of the flags.
@@ -49,7 +63,8 @@ const (
 	defaultTick        = time.Second
 	// At a 30s interval a healthy bucket is probed 120 times per hour: one heartbeat
 	// write per 120 probes, under 0.01 writes per probe.
-	defaultStatusHeartbeat = time.Hour
+	defaultStatusHeartbeat          = time.Hour
+	defaultNamespaceDeletionTimeout = 5 * time.Minute
 )
 
 // BindFlags registers the controller's flags.
@@ -62,6 +77,28 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.StatusHeartbeat, "storagebucket-status-heartbeat", defaultStatusHeartbeat,
 		"How often a StorageBucket status that did not change is still written, to refresh lastProbeTime. "+
 			"Changes (conditions, observedGeneration, certificate expiry) are written at once.")
+	fs.Func("storagebucket-endpoint-allow-cidrs",
+		"Comma-separated CIDR prefixes (or addresses) StorageBucket endpoints may connect to although a built-in or denied "+
+			"prefix contains them, e.g. 127.0.0.1/32 for an S3 server on the node. The most specific prefix decides.",
+		appendCIDRs(&o.EndpointAllowCIDRs))
+	fs.Func("storagebucket-endpoint-deny-cidrs",
+		"Comma-separated CIDR prefixes StorageBucket endpoints may not connect to, besides the built-in ones (loopback, "+
+			"link-local, cloud metadata, unspecified, multicast), e.g. the cluster's Pod and Service ranges.",
+		appendCIDRs(&o.EndpointDenyCIDRs))
+	fs.DurationVar(&o.NamespaceDeletionTimeout, "storagebucket-namespace-deletion-timeout", defaultNamespaceDeletionTimeout,
+		"How long a StorageBucket with deletionPolicy Delete in a namespace being deleted waits for its bucket to be "+
+			"deleted; then it lets go, keeping the bucket, so the namespace deletion completes.")
+}
+
+func appendCIDRs(to *[]string) func(string) error {
+	return func(v string) error {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c != "" {
+				*to = append(*to, c)
+			}
+		}
+		return nil
+	}
 }
 
 func (o *Options) defaults() {
@@ -74,73 +111,89 @@ func (o *Options) defaults() {
 	if o.StatusHeartbeat <= 0 {
 		o.StatusHeartbeat = defaultStatusHeartbeat
 	}
+	if o.NamespaceDeletionTimeout <= 0 {
+		o.NamespaceDeletionTimeout = defaultNamespaceDeletionTimeout
+	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
 }
 
-// The controller reads StorageBuckets and writes their status and finalizer; it watches
-// the metadata of Secrets and ConfigMaps and reads the referenced ones.
+// The controller reads StorageBuckets and writes their status and finalizer. It watches
+// the metadata of ConfigMaps and of the Secrets labelled phalanks.io/storagebucket-secret,
+// reads the data of the referenced ones (get), and reads Namespaces to tell whether one
+// is being deleted. RBAC has no metadata-only verb: list and watch on Secrets would
+// allow reading every Secret's data, although the operator asks only for the metadata
+// of labelled ones (docs/storagebucket.md, "What the operator can read").
 // +kubebuilder:rbac:groups=phalanks.io,resources=storagebuckets,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=phalanks.io,resources=storagebuckets/status,verbs=get;patch
 // +kubebuilder:rbac:groups=phalanks.io,resources=storagebuckets/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // Reconciler reconciles StorageBuckets.
 type Reconciler struct {
 	client   client.Client
+	api      client.Reader
 	recorder events.EventRecorder
 	clock    clock.WithTicker
 	prober   *s3probe.Prober
 	sched    *scheduler
 	refs     *refReader
+	mem      *memory
 	opts     Options
-
-	mu sync.Mutex
-	// states holds what this process learned about each bucket; a new leader starts
-	// empty and rebuilds it from the next probes.
-	states map[types.NamespacedName]*bucketState
-	// endpointsDown holds the endpoints whose last probe failed for connectivity.
-	endpointsDown map[string]bool
 }
 
-// SetupWithManager registers the StorageBucket controller, its field indexes and its
-// leader-only ticker with the manager.
+// SetupWithManager registers the StorageBucket controller, its field indexes, its
+// Secret informer and its leader-only ticker with the manager.
 func SetupWithManager(mgr ctrl.Manager, o Options) error {
+	_, err := setup(mgr, o)
+	return err
+}
+
+func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 	o.defaults()
-	pool := &s3probe.Pool{MaxIdleConnsPerHost: o.Concurrency, Clock: o.Clock}
+	policy, err := s3probe.NewPolicy(o.EndpointAllowCIDRs, o.EndpointDenyCIDRs)
+	if err != nil {
+		return nil, err
+	}
+	pool := &s3probe.Pool{MaxIdleConnsPerHost: o.Concurrency, Clock: o.Clock, Policy: policy, Resolver: o.Resolver, Proxy: o.Proxy}
+	secrets, err := newSecretInformer(mgr)
+	if err != nil {
+		return nil, err
+	}
 	r := &Reconciler{
-		client:        mgr.GetClient(),
-		recorder:      mgr.GetEventRecorder("storagebucket-controller"),
-		clock:         o.Clock,
-		prober:        &s3probe.Prober{Pool: pool, Clock: o.Clock},
-		sched:         newScheduler(),
-		refs:          &refReader{cache: mgr.GetClient(), api: mgr.GetAPIReader()},
-		opts:          o,
-		states:        map[types.NamespacedName]*bucketState{},
-		endpointsDown: map[string]bool{},
+		client:   mgr.GetClient(),
+		api:      mgr.GetAPIReader(),
+		recorder: mgr.GetEventRecorder("storagebucket-controller"),
+		clock:    o.Clock,
+		prober:   &s3probe.Prober{Pool: pool, Clock: o.Clock},
+		sched:    newScheduler(),
+		refs:     &refReader{secrets: secrets, configMaps: mgr.GetClient(), api: mgr.GetAPIReader()},
+		mem:      newMemory(),
+		opts:     o,
 	}
 	if err := setupIndexes(context.Background(), mgr); err != nil {
-		return err
+		return nil, err
 	}
 	due := make(chan event.TypedGenericEvent[dueBucket], o.Concurrency)
 	if err := mgr.Add(&ticker{sched: r.sched, events: due, period: o.Tick, clock: o.Clock,
 		onDispatch: func(n int) { dispatchedBuckets.Add(float64(n)); scheduledBuckets.Set(float64(r.sched.Len())) }}); err != nil {
-		return fmt.Errorf("add StorageBucket ticker: %w", err)
+		return nil, fmt.Errorf("add StorageBucket ticker: %w", err)
 	}
-	err := ctrl.NewControllerManagedBy(mgr).
+	err = ctrl.NewControllerManagedBy(mgr).
 		Named("storagebucket").
 		For(&phalanksv1beta1.StorageBucket{}, builder.WithPredicates(specOrLifecycleChanged())).
-		WatchesMetadata(&corev1.Secret{}, r.referenceChanged("Secret")).
-		WatchesMetadata(&corev1.ConfigMap{}, r.referenceChanged("ConfigMap")).
+		WatchesRawSource(source.Kind(secrets, secretMetadata(), referenceChanged[*metav1.PartialObjectMetadata](r, kindSecret))).
+		WatchesMetadata(&corev1.ConfigMap{}, referenceChanged[client.Object](r, kindConfigMap)).
 		WatchesRawSource(source.Channel(due, dueHandler(o.Clock))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: o.Concurrency}).
 		WithLogConstructor(requestLogger(mgr.GetLogger().WithValues("controller", "storagebucket"))).
 		Complete(r)
 	if err != nil {
-		return fmt.Errorf("set up StorageBucket controller: %w", err)
+		return nil, fmt.Errorf("set up StorageBucket controller: %w", err)
 	}
-	return nil
+	return r, nil
 }
 
 // requestLogger names the StorageBucket in each reconcile's log with one key, where the
@@ -156,20 +209,32 @@ func requestLogger(base logr.Logger) func(*reconcile.Request) logr.Logger {
 
 // Reconcile probes a StorageBucket when it is due (or its spec or inputs changed),
 // manages or deletes its bucket by policy, and writes the status when it changed.
+//
+// Requeueing: the bucket stays on its schedule whatever a pass does (the deferred Arm),
+// so the ticker looks at it again at its next due time. Problems with the bucket or the
+// endpoint are results, reported in the status, never errors. An API error (reading a
+// Secret, patching the status or the finalizer) is returned as well, so the controller
+// retries it with backoff before the next due time; a status patch that lost a race
+// with another write is retried at once through the schedule instead (writeStatus).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	// Most passes only read the object, so they read the cache's own copy: every write
 	// (patchStatus, the finalizer patches) works on a deep copy of it.
 	sb := &phalanksv1beta1.StorageBucket{}
 	if err := r.client.Get(ctx, req.NamespacedName, sb, client.UnsafeDisableDeepCopy); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.forget(req.NamespacedName)
+			for _, uid := range r.knownAs(req.NamespacedName) {
+				r.forget(uid)
+			}
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get StorageBucket: %w", err)
 	}
-	// Whatever this pass does, the bucket stays on the schedule: the ticker decides
-	// when it is looked at next, never the error backoff.
-	defer r.sched.Arm(req.NamespacedName)
+	if predecessor, replaced := r.mem.track(sb.UID, req.NamespacedName); replaced {
+		// Deleted and created again while the queue merged the events: the old object's
+		// memory and schedule go, the new one starts unknown.
+		r.forget(predecessor)
+	}
+	defer r.sched.Arm(sb.UID)
 
 	if !sb.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, sb)
@@ -178,20 +243,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// The finalizer comes first; its update event starts the next pass.
 		return ctrl.Result{}, err
 	}
-	in, err := r.loadInputs(ctx, sb)
+	in, err := r.loadInputs(ctx, sb, false)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
 	now := r.clock.Now()
-	st := r.state(req.NamespacedName)
-	due, scheduled := r.sched.Due(req.NamespacedName)
+	st := r.mem.state(sb.UID)
+	due, scheduled := r.sched.Due(sb.UID)
 	switch cause := decideProbe(sb, st, in.fingerprint, due, scheduled, now); cause {
 	case causeNone:
 	case causeResume:
 		// Probed before this process took over: continue on the bucket's grid instead
 		// of probing every bucket at once after a restart or failover.
-		r.sched.Schedule(req.NamespacedName, nextDue(sb.UID, sb.Spec.HealthCheck.IntervalDuration(), now))
+		r.sched.Schedule(refOf(sb), nextDue(sb.UID, sb.Spec.HealthCheck.IntervalDuration(), now))
 		return ctrl.Result{}, nil
 	default:
 		st = r.probe(ctx, sb, in, st, cause, due, now)
@@ -202,12 +267,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, r.writeStatus(ctx, sb, st)
 }
 
-// forget drops a deleted StorageBucket from the schedule, the state and the metrics.
-func (r *Reconciler) forget(key types.NamespacedName) {
-	r.sched.Forget(key)
-	r.mu.Lock()
-	delete(r.states, key)
-	r.mu.Unlock()
-	bucketUp.DeleteLabelValues(key.Namespace, key.Name)
+// knownAs returns the UIDs this process holds anything for under a name.
+func (r *Reconciler) knownAs(key types.NamespacedName) []types.UID {
+	uids := r.sched.UIDsOf(key)
+	if uid, ok := r.mem.uidOf(key); ok {
+		uids = append(uids, uid)
+	}
+	return uids
+}
+
+// forget drops a StorageBucket that is gone (or replaced by a new object of the same
+// name) from the schedule, the memory, the referenced objects' data and the metrics.
+func (r *Reconciler) forget(uid types.UID) {
+	r.sched.Forget(uid)
+	r.refs.release(uid)
+	if key, ok := r.mem.forget(uid); ok {
+		bucketUp.DeleteLabelValues(key.Namespace, key.Name)
+	}
 	scheduledBuckets.Set(float64(r.sched.Len()))
 }

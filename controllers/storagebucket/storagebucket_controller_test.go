@@ -48,7 +48,7 @@ var _ = Describe("StorageBucket probing", func() {
 		create(sb)
 		eventuallyReady(sb, metav1.ConditionTrue, "BucketReady", 30*time.Second)
 		before := get(sb).ResourceVersion
-		probes := counter("phalanks_storagebucket_up", map[string]string{"namespace": ns, "name": "quiet"})
+		probes := counter("phalanks_storagebucket_up", map[string]string{"storagebucket_namespace": ns, "storagebucket": "quiet"})
 		Expect(probes).To(Equal(1.0))
 		scheduled := counter("phalanks_storagebucket_probes_total", map[string]string{"cause": "schedule"})
 		// Two more scheduled probes of this bucket at 5s intervals (others may add more).
@@ -62,7 +62,7 @@ var _ = Describe("StorageBucket probing", func() {
 
 	It("reports InvalidCredentials for a wrong key pair and AccessDenied for anonymous access", func() {
 		Expect(s3.MakeBucket(ctx, "private-bucket", miniogo.MakeBucketOptions{})).To(Succeed())
-		create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wrong"},
+		create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wrong", Labels: map[string]string{phalanksv1beta1.LabelSecretAllowed: "true"}},
 			StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}})
 		wrong := newBucket(ns, "wrong-key", "private-bucket", s3)
 		wrong.Spec.CredentialsSecretRef.Name = "wrong"

@@ -11,6 +11,7 @@ import (
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/internal/conditions"
 	"github.com/phalanks/phalanks-operator/internal/s3probe"
+	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 )
 
 // Reasons of True conditions and of conditions that were not checked.
@@ -22,6 +23,9 @@ const (
 	reasonOwned         = "Owned"
 	reasonReady         = "BucketReady"
 	reasonNotChecked    = "NotChecked"
+	// reasonCreating: the status records that this StorageBucket creates its bucket,
+	// and the bucket is created on the next pass, at once.
+	reasonCreating = "CreatingBucket"
 )
 
 // Event reasons beyond the condition reasons.
@@ -34,15 +38,18 @@ const (
 )
 
 // checkOrder is the order in which Ready summarises the checks.
-var checkOrder = []s3probe.Check{s3probe.CheckReachable, s3probe.CheckAuthenticated, s3probe.CheckBucketAvailable, s3probe.CheckManaged}
+var checkOrder = []taxonomy.Check{taxonomy.CheckReachable, taxonomy.CheckAuthenticated, taxonomy.CheckBucketAvailable, taxonomy.CheckManaged}
 
 // manageResult is what the Manage step found out about ownership.
 type manageResult struct {
 	// owned is true when the bucket carries this StorageBucket's tag (after the step).
 	owned bool
+	// recordCreate is true when the bucket is missing: the status is to record that
+	// this StorageBucket creates it before it is created.
+	recordCreate bool
 	// failure is why ownership could not be established (ErrResourceExists, or an
 	// error from the endpoint).
-	failure *s3probe.Failure
+	failure *taxonomy.Failure
 }
 
 // checkInput is everything a pass learned that the conditions report.
@@ -53,11 +60,18 @@ type checkInput struct {
 	host      string
 	bucket    string
 	// failure is the first failed check of the probe, or of the inputs (Secret, CA).
-	failure *s3probe.Failure
+	failure *taxonomy.Failure
 	// manage is nil under managementPolicy Observe.
 	manage *manageResult
 	// manageChecked is false when the Manage step did not run (inputs failed).
 	manageChecked bool
+	// readOnly says why a ReadWrite probe ran at List depth, when it did.
+	readOnly *readOnlyReason
+}
+
+// readOnlyReason is why a ReadWrite probe did not write a canary.
+type readOnlyReason struct {
+	reason, message string
 }
 
 // checkConditions returns the conditions of every check the pass covers, in order:
@@ -70,7 +84,7 @@ func checkConditions(in checkInput) []metav1.Condition {
 		if !covers(in, check) {
 			continue
 		}
-		if check == s3probe.CheckManaged {
+		if check == taxonomy.CheckManaged {
 			out = append(out, managedCondition(in, failedAt >= 0))
 			continue
 		}
@@ -78,6 +92,9 @@ func checkConditions(in checkInput) []metav1.Condition {
 		case failedAt >= 0:
 			out = append(out, conditions.Unknown(string(check), reasonNotChecked,
 				fmt.Sprintf("not checked: %s failed", checkOrder[failedAt])))
+		case check == taxonomy.CheckBucketAvailable && in.failure == nil && in.manage != nil && in.manage.recordCreate:
+			out = append(out, conditions.Unknown(string(check), reasonCreating,
+				fmt.Sprintf("bucket %q does not exist yet; this StorageBucket creates it", in.bucket)))
 		case in.failure != nil && in.failure.Check == check:
 			failedAt = i
 			out = append(out, conditions.False(string(check), string(in.failure.Reason), in.failure.Message))
@@ -88,30 +105,33 @@ func checkConditions(in checkInput) []metav1.Condition {
 	return out
 }
 
-func covers(in checkInput, check s3probe.Check) bool {
+func covers(in checkInput, check taxonomy.Check) bool {
 	switch check {
-	case s3probe.CheckManaged:
+	case taxonomy.CheckManaged:
 		return in.manage != nil
-	case s3probe.CheckReachable:
+	case taxonomy.CheckReachable:
 		return true
 	}
 	return in.depth != s3probe.DepthConnect
 }
 
-func passedCondition(in checkInput, check s3probe.Check) metav1.Condition {
+func passedCondition(in checkInput, check taxonomy.Check) metav1.Condition {
 	switch check {
-	case s3probe.CheckReachable:
+	case taxonomy.CheckReachable:
 		how := "verified TLS"
 		if !in.secure {
 			how = "plain HTTP"
 		}
 		return conditions.True(string(check), reasonReachable, fmt.Sprintf("%s answered (%s)", in.host, how))
-	case s3probe.CheckAuthenticated:
+	case taxonomy.CheckAuthenticated:
 		if in.anonymous {
 			return conditions.True(string(check), reasonAnonymous, "the endpoint accepted anonymous requests")
 		}
 		return conditions.True(string(check), reasonAuthenticated, "the endpoint accepted the credentials")
 	default:
+		if in.readOnly != nil {
+			return conditions.True(string(check), in.readOnly.reason, fmt.Sprintf("bucket %q passed the %s probe; %s", in.bucket, in.depth, in.readOnly.message))
+		}
 		return conditions.True(string(check), reasonAvailable, fmt.Sprintf("bucket %q passed the %s probe", in.bucket, in.depth))
 	}
 }
@@ -121,8 +141,10 @@ func managedCondition(in checkInput, probeFailed bool) metav1.Condition {
 	m := in.manage
 	switch {
 	case !in.manageChecked:
-		return conditions.Unknown(typ, reasonNotChecked, "not checked: the StorageBucket's inputs are not usable")
-	case m.failure != nil && m.failure.Check == s3probe.CheckManaged:
+		return conditions.Unknown(typ, reasonNotChecked, "not checked: the StorageBucket's inputs are not usable or the endpoint is not answering")
+	case m.recordCreate:
+		return conditions.Unknown(typ, reasonCreating, fmt.Sprintf("bucket %q does not exist; recorded that this StorageBucket creates it, which it does next", in.bucket))
+	case m.failure != nil && m.failure.Check == taxonomy.CheckManaged:
 		return conditions.False(typ, string(m.failure.Reason), m.failure.Message)
 	case m.failure != nil && probeFailed:
 		return conditions.Unknown(typ, reasonNotChecked, "not checked: the probe failed")
@@ -149,6 +171,8 @@ type statusInput struct {
 	lastSuccess  time.Time
 	failures     int32
 	certNotAfter time.Time
+	// createdBucket is the record that this StorageBucket creates its bucket, once made.
+	createdBucket *phalanksv1beta1.CreatedBucket
 }
 
 // writeCause says why a status is written.
@@ -183,6 +207,11 @@ func desiredStatus(prev *phalanksv1beta1.StorageBucketStatus, in statusInput, he
 	}
 	if !timeEqual(next.ServerCertificateNotAfter, in.certNotAfter) {
 		next.ServerCertificateNotAfter = optionalTime(in.certNotAfter)
+		changed = true
+	}
+	if c := in.createdBucket; c != nil && (next.CreatedBucket == nil || next.CreatedBucket.Endpoint != c.Endpoint || next.CreatedBucket.Region != c.Region) {
+		next.CreatedBucket = c.DeepCopy()
+		next.CreatedBucket.Time = metav1.NewTime(c.Time.Truncate(time.Second))
 		changed = true
 	}
 	var cause writeCause
@@ -227,8 +256,8 @@ type eventSpec struct {
 }
 
 // transitionEvents returns the events for the changes from prev to next: Ready
-// becoming True or not True (or changing reason while not True), and Managed turning
-// to ErrResourceExists.
+// becoming True or False (or changing reason while False), and Managed turning to
+// ErrResourceExists. An Unknown Ready (a bucket being created) is no event.
 func transitionEvents(prev, next []metav1.Condition) []eventSpec {
 	var out []eventSpec
 	before, after := meta.FindStatusCondition(prev, phalanksv1beta1.ConditionReady), meta.FindStatusCondition(next, phalanksv1beta1.ConditionReady)
@@ -236,11 +265,11 @@ func transitionEvents(prev, next []metav1.Condition) []eventSpec {
 	case after == nil:
 	case after.Status == metav1.ConditionTrue && (before == nil || before.Status != metav1.ConditionTrue):
 		out = append(out, eventSpec{corev1.EventTypeNormal, reasonReady, "Probe", after.Message})
-	case after.Status != metav1.ConditionTrue && (before == nil || before.Status != after.Status || before.Reason != after.Reason):
+	case after.Status == metav1.ConditionFalse && (before == nil || before.Status != after.Status || before.Reason != after.Reason):
 		out = append(out, eventSpec{corev1.EventTypeWarning, after.Reason, "Probe", after.Message})
 	}
 	mBefore, mAfter := meta.FindStatusCondition(prev, phalanksv1beta1.ConditionManaged), meta.FindStatusCondition(next, phalanksv1beta1.ConditionManaged)
-	if mAfter != nil && mAfter.Reason == string(s3probe.ReasonErrResourceExists) &&
+	if mAfter != nil && mAfter.Reason == string(taxonomy.ReasonErrResourceExists) &&
 		(mBefore == nil || mBefore.Reason != mAfter.Reason) && (after == nil || after.Reason != mAfter.Reason) {
 		out = append(out, eventSpec{corev1.EventTypeWarning, mAfter.Reason, "Manage", mAfter.Message})
 	}

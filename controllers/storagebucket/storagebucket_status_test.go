@@ -11,6 +11,7 @@ import (
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/internal/s3probe"
+	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 )
 
 func summary(conds []metav1.Condition) string {
@@ -22,9 +23,9 @@ func summary(conds []metav1.Condition) string {
 }
 
 func TestCheckConditions(t *testing.T) {
-	refused := s3probe.NewFailure(s3probe.ReasonConnectionRefused, nil, "connection to h refused")
-	denied := s3probe.NewFailure(s3probe.ReasonInvalidCredentials, nil, "bad key")
-	missing := s3probe.NewFailure(s3probe.ReasonNoSuchBucket, nil, "no bucket")
+	refused := taxonomy.NewFailure(taxonomy.ReasonConnectionRefused, nil, "connection to h refused")
+	denied := taxonomy.NewFailure(taxonomy.ReasonInvalidCredentials, nil, "bad key")
+	missing := taxonomy.NewFailure(taxonomy.ReasonNoSuchBucket, nil, "no bucket")
 	notOurs := notOursFailure("b", "")
 	base := checkInput{depth: s3probe.DepthHeadBucket, secure: true, host: "h", bucket: "b"}
 	with := func(f func(*checkInput)) checkInput { in := base; f(&in); return in }
@@ -69,13 +70,23 @@ func TestCheckConditions(t *testing.T) {
 		"a bucket that could not be created reports why on Managed": {
 			in: with(func(in *checkInput) {
 				in.failure = missing
-				in.manage, in.manageChecked = &manageResult{failure: &s3probe.Failure{Reason: s3probe.ReasonAccessDenied, Check: s3probe.CheckManaged, Message: "managing the bucket: denied"}}, true
+				in.manage, in.manageChecked = &manageResult{failure: &taxonomy.Failure{Reason: taxonomy.ReasonAccessDenied, Check: taxonomy.CheckManaged, Message: "managing the bucket: denied"}}, true
 			}),
 			want: "Reachable=True/EndpointReachable Authenticated=True/CredentialsAccepted BucketAvailable=False/NoSuchBucket Managed=False/AccessDenied",
 		},
+		"a missing bucket whose creation is being recorded is Unknown, not a failure": {
+			in:   with(func(in *checkInput) { in.manage, in.manageChecked = &manageResult{recordCreate: true}, true }),
+			want: "Reachable=True/EndpointReachable Authenticated=True/CredentialsAccepted BucketAvailable=Unknown/CreatingBucket Managed=Unknown/CreatingBucket",
+		},
+		"a ReadWrite probe held at List by object lock says so": {
+			in: with(func(in *checkInput) {
+				in.depth, in.readOnly = s3probe.DepthList, &readOnlyReason{reasonObjectLockReadOnly, "object lock is enabled"}
+			}),
+			want: "Reachable=True/EndpointReachable Authenticated=True/CredentialsAccepted BucketAvailable=True/ObjectLockReadOnly",
+		},
 		"unusable inputs leave ownership unchecked": {
 			in: with(func(in *checkInput) {
-				in.failure, in.manage = s3probe.NewFailure(s3probe.ReasonSecretNotFound, nil, "no secret"), &manageResult{}
+				in.failure, in.manage = taxonomy.NewFailure(taxonomy.ReasonSecretNotFound, nil, "no secret"), &manageResult{}
 			}),
 			want: "Reachable=True/EndpointReachable Authenticated=False/SecretNotFound BucketAvailable=Unknown/NotChecked Managed=Unknown/NotChecked",
 		},
@@ -94,7 +105,7 @@ func healthyInput(at time.Time) statusInput {
 		certNotAfter: t0.Add(90 * 24 * time.Hour)}
 }
 
-func failingInput(at time.Time, f *s3probe.Failure, failures int32) statusInput {
+func failingInput(at time.Time, f *taxonomy.Failure, failures int32) statusInput {
 	in := healthyInput(at)
 	in.checks = checkConditions(checkInput{depth: s3probe.DepthHeadBucket, secure: true, host: "h", bucket: "b", failure: f})
 	in.failures, in.lastSuccess = failures, t0
@@ -104,7 +115,7 @@ func failingInput(at time.Time, f *s3probe.Failure, failures int32) statusInput 
 func TestDesiredStatus(t *testing.T) {
 	const heartbeat = time.Hour
 	written, _ := desiredStatus(&phalanksv1beta1.StorageBucketStatus{}, healthyInput(t0), heartbeat)
-	refused := s3probe.NewFailure(s3probe.ReasonConnectionRefused, nil, "connection to h refused")
+	refused := taxonomy.NewFailure(taxonomy.ReasonConnectionRefused, nil, "connection to h refused")
 	for name, tc := range map[string]struct {
 		prev phalanksv1beta1.StorageBucketStatus
 		in   statusInput
@@ -205,8 +216,8 @@ func TestSteadyStateWritesAtMostOnePerHundredProbes(t *testing.T) {
 func TestTransitionEvents(t *testing.T) {
 	ready := healthyInput(t0)
 	readyStatus, _ := desiredStatus(&phalanksv1beta1.StorageBucketStatus{}, ready, time.Hour)
-	refused := s3probe.NewFailure(s3probe.ReasonConnectionRefused, nil, "refused")
-	timeout := s3probe.NewFailure(s3probe.ReasonTimeout, nil, "timeout")
+	refused := taxonomy.NewFailure(taxonomy.ReasonConnectionRefused, nil, "refused")
+	timeout := taxonomy.NewFailure(taxonomy.ReasonTimeout, nil, "timeout")
 	downStatus, _ := desiredStatus(&readyStatus, failingInput(t0.Add(time.Minute), refused, 1), time.Hour)
 	timeoutStatus, _ := desiredStatus(&downStatus, failingInput(t0.Add(2*time.Minute), timeout, 2), time.Hour)
 	backStatus, _ := desiredStatus(&downStatus, healthyInput(t0.Add(3*time.Minute)), time.Hour)
@@ -214,6 +225,10 @@ func TestTransitionEvents(t *testing.T) {
 	notOurs.checks = checkConditions(checkInput{depth: s3probe.DepthHeadBucket, bucket: "b",
 		manage: &manageResult{failure: notOursFailure("b", "")}, manageChecked: true})
 	notOursStatus, _ := desiredStatus(&phalanksv1beta1.StorageBucketStatus{}, notOurs, time.Hour)
+	creating := healthyInput(t0)
+	creating.checks = checkConditions(checkInput{depth: s3probe.DepthHeadBucket, bucket: "b",
+		manage: &manageResult{recordCreate: true}, manageChecked: true})
+	creatingStatus, _ := desiredStatus(&phalanksv1beta1.StorageBucketStatus{}, creating, time.Hour)
 
 	for name, tc := range map[string]struct {
 		prev, next []metav1.Condition
@@ -226,6 +241,8 @@ func TestTransitionEvents(t *testing.T) {
 		"staying Ready is no event":                                {prev: readyStatus.Conditions, next: readyStatus.Conditions, want: ""},
 		"recovering is a Normal event":                             {prev: downStatus.Conditions, next: backStatus.Conditions, want: "Normal/BucketReady"},
 		"a bucket that is not ours is one ErrResourceExists event": {prev: nil, next: notOursStatus.Conditions, want: "Warning/ErrResourceExists"},
+		"a bucket being created is no event":                       {prev: nil, next: creatingStatus.Conditions, want: ""},
+		"a created bucket becoming Ready is a Normal event":        {prev: creatingStatus.Conditions, next: readyStatus.Conditions, want: "Normal/BucketReady"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var got []string
@@ -251,5 +268,19 @@ func TestDeletionStatusReportsTheBlockOnManagedAndReady(t *testing.T) {
 	}
 	if _, again := deletionStatus(&next, 1, blocked, t0.Add(2*time.Minute)); again {
 		t.Error("the same block again is a change")
+	}
+}
+
+func TestDesiredStatusKeepsTheCreationRecord(t *testing.T) {
+	in := healthyInput(t0)
+	in.createdBucket = &phalanksv1beta1.CreatedBucket{Endpoint: "https://s3.example.com", Region: "eu-west-1", Time: metav1.NewTime(t0.Add(500 * time.Millisecond))}
+	recorded, cause := desiredStatus(&phalanksv1beta1.StorageBucketStatus{}, in, time.Hour)
+	if cause != writeChanged || recorded.CreatedBucket == nil || !recorded.CreatedBucket.Time.Equal(&metav1.Time{Time: t0}) {
+		t.Fatalf("cause %s, createdBucket %+v; want the record written, to the second", cause, recorded.CreatedBucket)
+	}
+	later := healthyInput(t0.Add(time.Minute))
+	kept, cause := desiredStatus(&recorded, later, time.Hour)
+	if cause != writeNone || kept.CreatedBucket == nil {
+		t.Errorf("an observation without the record: cause %s, createdBucket %+v; want it kept and nothing written", cause, kept.CreatedBucket)
 	}
 }

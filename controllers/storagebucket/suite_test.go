@@ -41,11 +41,15 @@ func TestStorageBucket(t *testing.T) {
 
 // Shared by every spec: one API server, one MinIO, one manager running the controller.
 var (
-	env  *envtest.Env
-	k8s  client.Client
-	s3   *minio.Server
-	logs = &syncBuffer{}
+	env        *envtest.Env
+	k8s        client.Client
+	s3         *minio.Server
+	reconciler *storagebucket.Reconciler
+	logs       = &syncBuffer{}
 )
+
+// namespaceDeletionTimeout is the suite manager's --storagebucket-namespace-deletion-timeout.
+const namespaceDeletionTimeout = 5 * time.Second
 
 // syncBuffer collects the manager's log, so specs can check what it never says.
 type syncBuffer struct {
@@ -79,7 +83,11 @@ var _ = BeforeSuite(func() {
 
 	mgr, err := env.NewManager()
 	Expect(err).NotTo(HaveOccurred())
-	Expect(storagebucket.SetupWithManager(mgr, storagebucket.Options{Concurrency: 8})).To(Succeed())
+	// MinIO and the test servers listen on 127.0.0.1, which the endpoint policy denies
+	// unless the operator's administrator allows it.
+	reconciler, err = storagebucket.SetupForTest(mgr, storagebucket.Options{Concurrency: 8,
+		EndpointAllowCIDRs: []string{"127.0.0.1/32"}, NamespaceDeletionTimeout: namespaceDeletionTimeout})
+	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -100,10 +108,11 @@ func namespace() string {
 	return ns.Name
 }
 
-// credentials creates the Secret holding the key pair of server.
+// credentials creates the Secret holding the key pair of server, labelled for
+// StorageBuckets to use.
 func credentials(ns, name string, server *minio.Server) *corev1.Secret {
 	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{phalanksv1beta1.LabelSecretAllowed: "true"}},
 		StringData: map[string]string{"AWS_ACCESS_KEY_ID": server.AccessKey, "AWS_SECRET_ACCESS_KEY": server.SecretKey},
 	}
 	Expect(k8s.Create(context.Background(), sec)).To(Succeed())

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/types"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -52,46 +55,79 @@ func setupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 // referenceChanged handles changes of Secret or ConfigMap metadata: the StorageBuckets
 // that reference a changed object are made due now and reach the controller through
 // the ticker's channel like every other probe. Objects listed at start-up and resyncs
-// (same resourceVersion) change nothing.
-func (r *Reconciler) referenceChanged(kind string) handler.TypedEventHandler[client.Object, reconcile.Request] {
+// (same resourceVersion) change nothing. A Secret that gains the label that allows
+// StorageBuckets to use it arrives as a creation, one that loses it as a deletion.
+func referenceChanged[T client.Object](r *Reconciler, kind string) handler.TypedEventHandler[T, reconcile.Request] {
 	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
-	return handler.TypedFuncs[client.Object, reconcile.Request]{
-		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], _ queue) {
+	return handler.TypedFuncs[T, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[T], _ queue) {
 			if !e.IsInInitialList {
 				r.triggerReferencing(ctx, kind, e.Object)
 			}
 		},
-		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], _ queue) {
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[T], _ queue) {
 			if e.ObjectOld.GetResourceVersion() != e.ObjectNew.GetResourceVersion() {
 				r.triggerReferencing(ctx, kind, e.ObjectNew)
 			}
 		},
-		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], _ queue) {
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[T], _ queue) {
 			r.triggerReferencing(ctx, kind, e.Object)
 		},
 	}
 }
 
 func (r *Reconciler) triggerReferencing(ctx context.Context, kind string, obj client.Object) {
-	ref := refKey{kind: kind, NamespacedName: client.ObjectKeyFromObject(obj)}
-	r.refs.forget(ref)
 	selectors := []client.MatchingFields{{indexCABundle: kind + "/" + obj.GetName()}}
-	if kind == "Secret" {
+	if kind == kindSecret {
 		selectors = append(selectors, client.MatchingFields{indexCredentials: obj.GetName()})
 	}
-	var keys []types.NamespacedName
+	var buckets []bucketRef
 	for _, sel := range selectors {
 		var list phalanksv1beta1.StorageBucketList
 		if err := r.client.List(ctx, &list, client.InNamespace(obj.GetNamespace()), sel); err != nil {
 			// The next scheduled probe notices the change through the fingerprint.
-			logf.FromContext(ctx).Error(err, "list StorageBuckets referencing a changed object", "kind", kind, "object", ref.NamespacedName)
+			logf.FromContext(ctx).Error(err, "list StorageBuckets referencing a changed object", "kind", kind, "object", client.ObjectKeyFromObject(obj))
 			continue
 		}
 		for i := range list.Items {
-			keys = append(keys, client.ObjectKeyFromObject(&list.Items[i]))
+			buckets = append(buckets, refOf(&list.Items[i]))
 		}
 	}
-	r.sched.TriggerNow(r.clock.Now(), keys...)
+	r.sched.TriggerNow(r.clock.Now(), buckets...)
+}
+
+// refOf names a StorageBucket for the scheduler.
+func refOf(sb *phalanksv1beta1.StorageBucket) bucketRef {
+	return bucketRef{UID: sb.UID, Key: client.ObjectKeyFromObject(sb)}
+}
+
+// newSecretInformer returns the cache of the metadata of the Secrets labelled
+// phalanksv1beta1.LabelSecretAllowed: the only Secrets the operator reads, so the only
+// ones it needs to know of. It is the controller's own, since the manager's cache cannot
+// filter one kind by label without filtering it for every controller.
+func newSecretInformer(mgr ctrl.Manager) (cache.Cache, error) {
+	allowed := labels.SelectorFromSet(labels.Set{phalanksv1beta1.LabelSecretAllowed: "true"})
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme:               mgr.GetScheme(),
+		Mapper:               mgr.GetRESTMapper(),
+		HTTPClient:           mgr.GetHTTPClient(),
+		DefaultLabelSelector: allowed,
+		DefaultTransform:     cache.TransformStripManagedFields(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create the Secret metadata cache: %w", err)
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, fmt.Errorf("add the Secret metadata cache: %w", err)
+	}
+	return c, nil
+}
+
+// secretMetadata is the object the Secret informer holds.
+func secretMetadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kindSecret))
+	return m
 }
 
 // specOrLifecycleChanged passes the StorageBucket events that can change what the

@@ -184,6 +184,9 @@ func (e *env) startManager(ctx context.Context) error {
 			"--health-probe-bind-address", process.HostPort(healthPort),
 			// The scheduled-scaling sample is applied moments before its downtime.
 			"--scaling-grace-period=10s",
+			// The demo's MinIO listens on 127.0.0.1, which the endpoint policy denies
+			// unless allowed.
+			"--storagebucket-endpoint-allow-cidrs=127.0.0.1/32",
 			"--zap-devel",
 		},
 		LogPath: filepath.Join(e.dir, "manager.log"),

@@ -51,8 +51,10 @@ func adaptStorageBucket(ctx context.Context, e *env, obj *unstructured.Unstructu
 	}
 	if ref := sb.Spec.CredentialsSecretRef; ref != nil {
 		idKey, secretKey := ref.Keys()
+		// The operator reads only Secrets labelled for StorageBuckets.
 		secret := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: ref.Name},
+			ObjectMeta: metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: ref.Name,
+				Labels: map[string]string{phalanksv1beta1.LabelSecretAllowed: "true"}},
 			StringData: map[string]string{idKey: e.s3.AccessKey, secretKey: e.s3.SecretKey},
 		}
 		if err := e.client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -3,19 +3,23 @@
 // only when asked, and deleting it (emptying it first only when told to).
 //
 // Ownership is a bucket tag (phalanks.io/storagebucket-uid) naming the StorageBucket's
-// UID. A bucket without our tag, or with another UID in it, is never changed.
+// UID. A bucket without our tag, or with another UID in it, is never changed — with one
+// exception: a bucket the StorageBucket's status says it creates (the record is written
+// before the bucket is created) and that carries no tag yet is the result of a creation
+// interrupted between creating and tagging, and is finished.
 package s3bucket
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	miniogo "github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/tags"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
-	"github.com/phalanks/phalanks-operator/internal/s3probe"
+	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 )
 
 // Tag keys on a managed bucket.
@@ -40,8 +44,14 @@ type State string
 
 // Ownership states.
 const (
+	// StateMissing: the bucket does not exist and the creation is not recorded yet;
+	// nothing was changed. Record it (Request.CreateRecorded) and call Ensure again.
+	StateMissing State = "Missing"
 	// StateCreated: the bucket was missing and is now created and tagged.
 	StateCreated State = "Created"
+	// StateResumed: the bucket this StorageBucket recorded creating existed without a tag
+	// (its creation was interrupted before tagging) and is now tagged.
+	StateResumed State = "Resumed"
 	// StateOwned: the bucket carries the owner's tag.
 	StateOwned State = "Owned"
 	// StateAdopted: the bucket carried no (or the named former) owner tag and adopt
@@ -58,17 +68,34 @@ type Ensured struct {
 	OtherUID string
 }
 
-// Ensure makes sure the bucket exists and belongs to owner: it creates a missing bucket
-// in region and tags it, and tags an existing bucket only when adopt says so ("true"
-// for a bucket without an ownership tag, or the UID its ownership tag names). Any other
-// existing bucket is left exactly as it is.
-func Ensure(ctx context.Context, c *miniogo.Client, bucket, region string, owner Owner, adopt string) (Ensured, error) {
+// Request is what Ensure establishes.
+type Request struct {
+	Bucket, Region string
+	Owner          Owner
+	// Adopt is the StorageBucket's adopt annotation: "true" takes over a bucket without
+	// an ownership tag, a UID a bucket whose ownership tag names it.
+	Adopt string
+	// CreateRecorded says the StorageBucket's status records that it creates this
+	// bucket on this endpoint. Only then is a missing bucket created, and an untagged
+	// one taken for the result of an interrupted creation.
+	CreateRecorded bool
+}
+
+// Ensure makes sure the bucket exists and belongs to the owner: it creates a missing
+// bucket in the region and tags it (once the creation is recorded), finishes a recorded
+// creation that was interrupted before tagging, and tags an existing bucket only when
+// adopt says so. Any other existing bucket is left exactly as it is.
+func Ensure(ctx context.Context, c *miniogo.Client, r Request) (Ensured, error) {
+	bucket, owner := r.Bucket, r.Owner
 	exists, err := c.BucketExists(ctx, bucket)
 	if err != nil {
 		return Ensured{}, fmt.Errorf("check bucket %q: %w", bucket, err)
 	}
 	if !exists {
-		err := c.MakeBucket(ctx, bucket, miniogo.MakeBucketOptions{Region: region})
+		if !r.CreateRecorded {
+			return Ensured{State: StateMissing}, nil
+		}
+		err := c.MakeBucket(ctx, bucket, miniogo.MakeBucketOptions{Region: r.Region})
 		switch code := miniogo.ToErrorResponse(err).Code; {
 		case err == nil:
 			if err := setOwner(ctx, c, bucket, owner, nil); err != nil {
@@ -79,18 +106,24 @@ func Ensure(ctx context.Context, c *miniogo.Client, bucket, region string, owner
 			// Another account holds the name; nothing we could inspect or adopt.
 			return Ensured{State: StateNotOurs}, nil
 		case code != "BucketAlreadyOwnedByYou":
-			return Ensured{}, fmt.Errorf("create bucket %q in region %q: %w", bucket, region, err)
+			return Ensured{}, fmt.Errorf("create bucket %q in region %q: %w", bucket, r.Region, err)
 		}
-		// Created concurrently by someone else with our credentials: inspect it below.
+		// Created already, by an earlier attempt of ours that did not learn of its
+		// success, or concurrently with our credentials: inspect it below.
 	}
 	current, err := bucketTags(ctx, c, bucket)
 	if err != nil {
 		return Ensured{}, err
 	}
-	uid := current[TagOwnerUID]
+	uid, adopt := current[TagOwnerUID], r.Adopt
 	switch {
 	case uid == owner.UID:
 		return Ensured{State: StateOwned}, nil
+	case uid == "" && r.CreateRecorded:
+		if err := setOwner(ctx, c, bucket, owner, current); err != nil {
+			return Ensured{}, err
+		}
+		return Ensured{State: StateResumed}, nil
 	case (uid == "" && adopt == AdoptUntagged) || (uid != "" && adopt == uid):
 		if err := setOwner(ctx, c, bucket, owner, current); err != nil {
 			return Ensured{}, err
@@ -100,17 +133,24 @@ func Ensure(ctx context.Context, c *miniogo.Client, bucket, region string, owner
 	return Ensured{State: StateNotOurs, OtherUID: uid}, nil
 }
 
-// OwnedBy reports whether the bucket exists and carries owner's tag.
-func OwnedBy(ctx context.Context, c *miniogo.Client, bucket, uid string) (exists, owned bool, err error) {
+// OwnedBy reports whether the bucket exists and is owner's: it carries the owner's tag,
+// or it carries no tag and the owner recorded creating it.
+func OwnedBy(ctx context.Context, c *miniogo.Client, bucket, uid string, createRecorded bool) (exists, owned bool, err error) {
 	exists, err = c.BucketExists(ctx, bucket)
 	if err != nil || !exists {
 		return exists, false, err
 	}
 	current, err := bucketTags(ctx, c, bucket)
+	var failure *taxonomy.Failure
+	if errors.As(err, &failure) && failure.Reason == taxonomy.ReasonTaggingNotSupported {
+		// An endpoint without tagging: only the record tells whose the bucket is.
+		return true, createRecorded, nil
+	}
 	if err != nil {
 		return true, false, err
 	}
-	return true, current[TagOwnerUID] == uid, nil
+	tag := current[TagOwnerUID]
+	return true, tag == uid || (tag == "" && createRecorded), nil
 }
 
 // bucketTags returns the bucket's tags; a bucket without tags gives an empty map.
@@ -120,9 +160,24 @@ func bucketTags(ctx context.Context, c *miniogo.Client, bucket string) (map[stri
 		if miniogo.ToErrorResponse(err).Code == "NoSuchTagSet" {
 			return map[string]string{}, nil
 		}
+		if notImplemented(err) {
+			return nil, taggingNotSupported(bucket, err)
+		}
 		return nil, fmt.Errorf("read tags of bucket %q: %w", bucket, err)
 	}
 	return t.ToMap(), nil
+}
+
+// notImplemented reports whether the endpoint says it does not implement the request.
+func notImplemented(err error) bool {
+	resp := miniogo.ToErrorResponse(err)
+	return resp.Code == "NotImplemented" || resp.StatusCode == http.StatusNotImplemented
+}
+
+func taggingNotSupported(bucket string, err error) *taxonomy.Failure {
+	return taxonomy.NewFailure(taxonomy.ReasonTaggingNotSupported, err,
+		"the endpoint does not support bucket tagging, which managementPolicy Manage needs to mark bucket %q as this StorageBucket's; "+
+			"use managementPolicy Observe with this endpoint", bucket)
 }
 
 // setOwner writes the ownership tags, keeping every other tag: PutBucketTagging
@@ -136,9 +191,12 @@ func setOwner(ctx context.Context, c *miniogo.Client, bucket string, owner Owner
 	merged[TagOwnerName] = owner.Name
 	t, err := tags.NewTags(merged, false)
 	if err != nil {
-		return s3probe.NewFailure(s3probe.ReasonUnknown, err, "cannot tag bucket %q: %s", bucket, err)
+		return taxonomy.NewFailure(taxonomy.ReasonUnclassified, err, "cannot tag bucket %q: %s", bucket, err)
 	}
 	if err := c.SetBucketTagging(ctx, bucket, t); err != nil {
+		if notImplemented(err) {
+			return taggingNotSupported(bucket, err)
+		}
 		return fmt.Errorf("tag bucket %q: %w", bucket, err)
 	}
 	return nil
@@ -172,11 +230,11 @@ type Deleted struct {
 	Removed int
 }
 
-// Delete deletes the bucket if it carries uid's ownership tag. A bucket with objects
-// (any version or delete marker) is deleted only under ForceEmpty, which first removes
-// up to budget versions per call and refuses a bucket with object lock enabled.
-func Delete(ctx context.Context, c *miniogo.Client, bucket, uid string, strategy phalanksv1beta1.NonEmptyStrategy, budget int) (Deleted, error) {
-	exists, owned, err := OwnedBy(ctx, c, bucket, uid)
+// Delete deletes the bucket if it is uid's (see OwnedBy). A bucket with objects (any
+// version or delete marker) is deleted only under ForceEmpty, which first removes up to
+// budget versions per call and refuses a bucket with object lock enabled.
+func Delete(ctx context.Context, c *miniogo.Client, bucket, uid string, createRecorded bool, strategy phalanksv1beta1.NonEmptyStrategy, budget int) (Deleted, error) {
+	exists, owned, err := OwnedBy(ctx, c, bucket, uid, createRecorded)
 	switch {
 	case err != nil:
 		return Deleted{}, err
@@ -242,7 +300,8 @@ func isEmpty(ctx context.Context, c *miniogo.Client, bucket string) (bool, error
 func ObjectLockEnabled(ctx context.Context, c *miniogo.Client, bucket string) (bool, error) {
 	enabled, _, _, _, err := c.GetObjectLockConfig(ctx, bucket)
 	if err != nil {
-		if miniogo.ToErrorResponse(err).Code == "ObjectLockConfigurationNotFoundError" {
+		if miniogo.ToErrorResponse(err).Code == "ObjectLockConfigurationNotFoundError" || notImplemented(err) {
+			// No configuration, or an endpoint that has no object lock at all.
 			return false, nil
 		}
 		return false, fmt.Errorf("read object lock configuration of bucket %q: %w", bucket, err)

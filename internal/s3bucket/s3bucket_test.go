@@ -3,16 +3,20 @@ package s3bucket_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"strings"
 	"testing"
 
 	miniogo "github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/minio/minio-go/v7/pkg/tags"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/internal/s3bucket"
+	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 )
 
@@ -72,14 +76,21 @@ func versions(t *testing.T, c *miniogo.Client, bucket string) []string {
 
 func TestEnsureCreatesAMissingBucketAndTagsIt(t *testing.T) {
 	c, ctx := setup(t)
-	got, err := s3bucket.Ensure(ctx, c, "created", "us-east-1", owner, "")
+	unrecorded, err := s3bucket.Ensure(ctx, c, s3bucket.Request{Bucket: "created", Region: "us-east-1", Owner: owner})
+	if err != nil || unrecorded.State != s3bucket.StateMissing {
+		t.Fatalf("Ensure before the creation is recorded = %+v, %v; want Missing", unrecorded, err)
+	}
+	if ok, err := c.BucketExists(ctx, "created"); err != nil || ok {
+		t.Fatalf("the bucket was created before the creation was recorded (%v)", err)
+	}
+	got, err := s3bucket.Ensure(ctx, c, s3bucket.Request{Bucket: "created", Region: "us-east-1", Owner: owner, CreateRecorded: true})
 	if err != nil || got.State != s3bucket.StateCreated {
 		t.Fatalf("Ensure = %+v, %v; want Created", got, err)
 	}
 	if tg := tagMap(t, c, "created"); tg[s3bucket.TagOwnerUID] != owner.UID || tg[s3bucket.TagOwnerName] != owner.Name {
 		t.Errorf("tags = %v, want the owner's", tg)
 	}
-	again, err := s3bucket.Ensure(ctx, c, "created", "us-east-1", owner, "")
+	again, err := s3bucket.Ensure(ctx, c, s3bucket.Request{Bucket: "created", Region: "us-east-1", Owner: owner, CreateRecorded: true})
 	if err != nil || again.State != s3bucket.StateOwned {
 		t.Errorf("second Ensure = %+v, %v; want Owned", again, err)
 	}
@@ -115,7 +126,7 @@ func TestNotControlledByUs(t *testing.T) {
 			}
 			setTags(t, c, bucket, tc.tags)
 			put(t, c, bucket, "keep/me")
-			got, err := s3bucket.Ensure(ctx, c, bucket, "us-east-1", owner, tc.adopt)
+			got, err := s3bucket.Ensure(ctx, c, s3bucket.Request{Bucket: bucket, Region: "us-east-1", Owner: owner, Adopt: tc.adopt})
 			if err != nil || got.State != tc.wantState || got.OtherUID != tc.wantOtherUID {
 				t.Fatalf("Ensure = %+v, %v; want %s (other %q)", got, err, tc.wantState, tc.wantOtherUID)
 			}
@@ -144,7 +155,7 @@ func TestAdoptionTagsTheBucketAndKeepsItsTags(t *testing.T) {
 				t.Fatal(err)
 			}
 			setTags(t, c, bucket, tc.tags)
-			got, err := s3bucket.Ensure(ctx, c, bucket, "us-east-1", owner, tc.adopt)
+			got, err := s3bucket.Ensure(ctx, c, s3bucket.Request{Bucket: bucket, Region: "us-east-1", Owner: owner, Adopt: tc.adopt})
 			if err != nil || got.State != s3bucket.StateAdopted {
 				t.Fatalf("Ensure = %+v, %v; want Adopted", got, err)
 			}
@@ -177,14 +188,14 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 		for _, st := range []phalanksv1beta1.NonEmptyStrategy{phalanksv1beta1.NonEmptyFail, phalanksv1beta1.NonEmptyDeleteIfEmpty, phalanksv1beta1.NonEmptyForceEmpty} {
 			bucket := "empty-" + strings.ToLower(string(st))
 			owned(t, bucket, miniogo.MakeBucketOptions{})
-			got, err := s3bucket.Delete(ctx, c, bucket, owner.UID, st, 100)
+			got, err := s3bucket.Delete(ctx, c, bucket, owner.UID, false, st, 100)
 			if err != nil || got.Outcome != s3bucket.OutcomeDeleted || exists(bucket) {
 				t.Errorf("%s: Delete = %+v, %v; exists=%v", st, got, err, exists(bucket))
 			}
 		}
 	})
 	t.Run("a missing bucket is gone", func(t *testing.T) {
-		got, err := s3bucket.Delete(ctx, c, "never-created", owner.UID, phalanksv1beta1.NonEmptyForceEmpty, 100)
+		got, err := s3bucket.Delete(ctx, c, "never-created", owner.UID, false, phalanksv1beta1.NonEmptyForceEmpty, 100)
 		if err != nil || got.Outcome != s3bucket.OutcomeGone {
 			t.Errorf("Delete = %+v, %v; want Gone", got, err)
 		}
@@ -194,7 +205,7 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 			t.Fatal(err)
 		}
 		put(t, c, "not-ours", "data")
-		got, err := s3bucket.Delete(ctx, c, "not-ours", owner.UID, phalanksv1beta1.NonEmptyForceEmpty, 100)
+		got, err := s3bucket.Delete(ctx, c, "not-ours", owner.UID, false, phalanksv1beta1.NonEmptyForceEmpty, 100)
 		if err != nil || got.Outcome != s3bucket.OutcomeNotOurs || len(versions(t, c, "not-ours")) != 1 {
 			t.Errorf("Delete = %+v, %v; want NotOurs with the data kept", got, err)
 		}
@@ -202,7 +213,7 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 	t.Run("Fail keeps a non-empty bucket and its data", func(t *testing.T) {
 		owned(t, "full-fail", miniogo.MakeBucketOptions{})
 		put(t, c, "full-fail", "data")
-		got, err := s3bucket.Delete(ctx, c, "full-fail", owner.UID, phalanksv1beta1.NonEmptyFail, 100)
+		got, err := s3bucket.Delete(ctx, c, "full-fail", owner.UID, false, phalanksv1beta1.NonEmptyFail, 100)
 		if err != nil || got.Outcome != s3bucket.OutcomeBlockedNonEmpty || len(versions(t, c, "full-fail")) != 1 {
 			t.Errorf("Delete = %+v, %v; want BlockedNonEmpty with the data kept", got, err)
 		}
@@ -210,7 +221,7 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 	t.Run("DeleteIfEmpty leaves a non-empty bucket with its data", func(t *testing.T) {
 		owned(t, "full-ifempty", miniogo.MakeBucketOptions{})
 		put(t, c, "full-ifempty", "data")
-		got, err := s3bucket.Delete(ctx, c, "full-ifempty", owner.UID, phalanksv1beta1.NonEmptyDeleteIfEmpty, 100)
+		got, err := s3bucket.Delete(ctx, c, "full-ifempty", owner.UID, false, phalanksv1beta1.NonEmptyDeleteIfEmpty, 100)
 		if err != nil || got.Outcome != s3bucket.OutcomeLeftNonEmpty || len(versions(t, c, "full-ifempty")) != 1 {
 			t.Errorf("Delete = %+v, %v; want LeftNonEmpty with the data kept", got, err)
 		}
@@ -227,11 +238,11 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 		if err := c.RemoveObject(ctx, "full-versioned", "a", miniogo.RemoveObjectOptions{}); err != nil { // a delete marker
 			t.Fatal(err)
 		}
-		first, err := s3bucket.Delete(ctx, c, "full-versioned", owner.UID, phalanksv1beta1.NonEmptyForceEmpty, 4)
+		first, err := s3bucket.Delete(ctx, c, "full-versioned", owner.UID, false, phalanksv1beta1.NonEmptyForceEmpty, 4)
 		if err != nil || first.Outcome != s3bucket.OutcomeEmptying || first.Removed != 4 {
 			t.Fatalf("first Delete = %+v, %v; want Emptying after 4", first, err)
 		}
-		second, err := s3bucket.Delete(ctx, c, "full-versioned", owner.UID, phalanksv1beta1.NonEmptyForceEmpty, 4)
+		second, err := s3bucket.Delete(ctx, c, "full-versioned", owner.UID, false, phalanksv1beta1.NonEmptyForceEmpty, 4)
 		if err != nil || second.Outcome != s3bucket.OutcomeDeleted || second.Removed != 3 || exists("full-versioned") {
 			t.Errorf("second Delete = %+v, %v; want Deleted after the other 3 (6 versions and 1 marker)", second, err)
 		}
@@ -239,9 +250,84 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 	t.Run("ForceEmpty refuses a bucket with object lock", func(t *testing.T) {
 		owned(t, "full-locked", miniogo.MakeBucketOptions{ObjectLocking: true})
 		put(t, c, "full-locked", "data")
-		got, err := s3bucket.Delete(ctx, c, "full-locked", owner.UID, phalanksv1beta1.NonEmptyForceEmpty, 100)
+		got, err := s3bucket.Delete(ctx, c, "full-locked", owner.UID, false, phalanksv1beta1.NonEmptyForceEmpty, 100)
 		if err != nil || got.Outcome != s3bucket.OutcomeBlockedObjectLock || len(versions(t, c, "full-locked")) != 1 {
 			t.Errorf("Delete = %+v, %v; want BlockedObjectLock with the data kept", got, err)
 		}
 	})
+}
+
+// TestAnInterruptedCreationIsFinished: a bucket that exists without a tag is taken for
+// the StorageBucket's own only when its status records creating it — the state a create
+// leaves when tagging never happened — and is then tagged and deleted as its own.
+func TestAnInterruptedCreationIsFinished(t *testing.T) {
+	s3 := minio.StartForTest(t, minio.Options{})
+	c, err := s3.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	proxy := s3.StartProxyForTest(t)
+	through, err := miniogo.New(proxy.Endpoint, &miniogo.Options{Creds: credentials.NewStaticV4(s3.AccessKey, s3.SecretKey, ""), Region: s3.Region})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := s3bucket.Request{Bucket: "interrupted", Region: s3.Region, Owner: owner, CreateRecorded: true}
+
+	proxy.Fail(minio.Tagging(minio.InternalError, http.MethodPut))
+	if _, err := s3bucket.Ensure(ctx, through, recorded); err == nil {
+		t.Fatal("Ensure succeeded although tagging failed")
+	}
+	if ok, err := c.BucketExists(ctx, "interrupted"); err != nil || !ok {
+		t.Fatalf("the bucket was not created (%v)", err)
+	}
+	proxy.Fail(nil)
+
+	unrecorded := recorded
+	unrecorded.CreateRecorded = false
+	if got, err := s3bucket.Ensure(ctx, through, unrecorded); err != nil || got.State != s3bucket.StateNotOurs {
+		t.Fatalf("without the record: Ensure = %+v, %v; want NotOurs", got, err)
+	}
+	got, err := s3bucket.Ensure(ctx, through, recorded)
+	if err != nil || got.State != s3bucket.StateResumed {
+		t.Fatalf("Ensure = %+v, %v; want Resumed", got, err)
+	}
+	if tg := tagMap(t, c, "interrupted"); tg[s3bucket.TagOwnerUID] != owner.UID {
+		t.Errorf("tags = %v, want the owner's UID", tg)
+	}
+	if got, err := s3bucket.Ensure(ctx, through, recorded); err != nil || got.State != s3bucket.StateOwned {
+		t.Errorf("Ensure after tagging = %+v, %v; want Owned", got, err)
+	}
+}
+
+func TestAnEndpointWithoutTaggingIsReportedAsSuch(t *testing.T) {
+	s3 := minio.StartForTest(t, minio.Options{})
+	c, err := s3.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	proxy := s3.StartProxyForTest(t)
+	proxy.Fail(minio.Tagging(minio.NotImplemented))
+	through, err := miniogo.New(proxy.Endpoint, &miniogo.Options{Creds: credentials.NewStaticV4(s3.AccessKey, s3.SecretKey, ""), Region: s3.Region})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := s3bucket.Request{Bucket: "untaggable", Region: s3.Region, Owner: owner, CreateRecorded: true}
+	for range 2 { // creating, then finding the untagged bucket
+		_, err := s3bucket.Ensure(ctx, through, recorded)
+		var f *taxonomy.Failure
+		if !errors.As(err, &f) || f.Reason != taxonomy.ReasonTaggingNotSupported || f.Check != taxonomy.CheckManaged {
+			t.Fatalf("Ensure error = %v, want Managed/TaggingNotSupported", err)
+		}
+	}
+	put(t, c, "untaggable", "data")
+	got, err := s3bucket.Delete(ctx, through, "untaggable", owner.UID, false, phalanksv1beta1.NonEmptyForceEmpty, 100)
+	if err != nil || got.Outcome != s3bucket.OutcomeNotOurs {
+		t.Errorf("Delete without the record = %+v, %v; want NotOurs", got, err)
+	}
+	got, err = s3bucket.Delete(ctx, through, "untaggable", owner.UID, true, phalanksv1beta1.NonEmptyForceEmpty, 100)
+	if err != nil || got.Outcome != s3bucket.OutcomeDeleted {
+		t.Errorf("Delete with the record = %+v, %v; want Deleted", got, err)
+	}
 }

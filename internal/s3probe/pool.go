@@ -1,7 +1,8 @@
 // Package s3probe is how phalanks-operator talks to S3-compatible endpoints: one cached
-// HTTP transport per (endpoint, CA bundle) with TLS always verified, S3 clients that
-// never retry on their own, the probe depths (Connect, HeadBucket, List, ReadWrite), and
-// the error taxonomy that turns whatever went wrong into a condition reason.
+// HTTP transport per (endpoint, CA bundle) with TLS always verified and every connection
+// checked against the endpoint policy, S3 clients that never retry on their own, and the
+// probe depths (Connect, HeadBucket, List, ReadWrite). Whatever goes wrong is classified
+// by internal/taxonomy.
 package s3probe
 
 import (
@@ -20,6 +21,8 @@ import (
 	miniogo "github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"k8s.io/utils/clock"
+
+	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 )
 
 // Credentials is an S3 access key pair. It never prints its values.
@@ -85,7 +88,16 @@ type Pool struct {
 	// IdleTTL drops transports and clients unused this long (default 15m).
 	IdleTTL time.Duration
 	Clock   clock.PassiveClock
+	// Policy decides which addresses may be dialled; nil means DefaultPolicy.
+	Policy *Policy
+	// Proxy chooses the proxy of a request; nil means http.ProxyFromEnvironment, the
+	// HTTP_PROXY, HTTPS_PROXY and NO_PROXY variables.
+	Proxy func(*http.Request) (*url.URL, error)
+	// Resolver resolves endpoint host names; nil means net.DefaultResolver.
+	Resolver *net.Resolver
 
+	once       sync.Once
+	dialer     *dialer
 	mu         sync.Mutex
 	transports map[transportKey]*transportEntry
 	lastSweep  time.Time
@@ -105,7 +117,6 @@ type clientKey struct {
 
 type transportEntry struct {
 	rt      *http.Transport
-	tlsCfg  *tls.Config
 	used    time.Time
 	clients map[clientKey]*clientEntry
 	// notAfter is the expiry (Unix nanoseconds) of the leaf certificate of the newest
@@ -122,9 +133,10 @@ type clientEntry struct {
 type Conn struct {
 	Client *miniogo.Client
 	// Host is the endpoint's host:port.
-	Host   string
-	secure bool
-	entry  *transportEntry
+	Host string
+	// url is the endpoint's URL, for requests outside the S3 client.
+	url   string
+	entry *transportEntry
 }
 
 // CertNotAfter returns the expiry of the endpoint's certificate as last seen on a new
@@ -140,7 +152,7 @@ func (c *Conn) CertNotAfter() time.Time {
 func (p *Pool) Conn(e Endpoint) (*Conn, error) {
 	u, err := url.Parse(e.URL)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, NewFailure(ReasonUnknown, err, "endpoint %q is not an http:// or https:// URL", e.URL)
+		return nil, taxonomy.NewFailure(taxonomy.ReasonUnclassified, err, "endpoint %q is not an http:// or https:// URL", e.URL)
 	}
 	secure := u.Scheme == "https"
 	tk := transportKey{scheme: u.Scheme, host: strings.ToLower(u.Host)}
@@ -172,13 +184,13 @@ func (p *Pool) Conn(e Endpoint) (*Conn, error) {
 	if ce == nil {
 		c, err := newClient(u.Host, secure, te.rt, e)
 		if err != nil {
-			return nil, NewFailure(ReasonUnknown, err, "create S3 client for %s: %s", u.Host, stableText(err))
+			return nil, taxonomy.NewFailure(taxonomy.ReasonUnclassified, err, "create S3 client for %s: %s", u.Host, taxonomy.StableText(err))
 		}
 		ce = &clientEntry{c: c}
 		te.clients[ck] = ce
 	}
 	ce.used = now
-	return &Conn{Client: ce.c, Host: u.Host, secure: secure, entry: te}, nil
+	return &Conn{Client: ce.c, Host: u.Host, url: u.Scheme + "://" + u.Host, entry: te}, nil
 }
 
 func (p *Pool) clock() clock.PassiveClock {
@@ -188,11 +200,33 @@ func (p *Pool) clock() clock.PassiveClock {
 	return p.Clock
 }
 
+// defaultKeepAlive is the TCP keep-alive period of endpoint connections.
+const defaultKeepAlive = 30 * time.Second
+
+// policyDialer returns the dialer every transport of the pool shares.
+func (p *Pool) policyDialer() *dialer {
+	p.once.Do(func() {
+		d := &dialer{policy: p.Policy, resolver: p.Resolver, proxy: p.Proxy}
+		if d.policy == nil {
+			d.policy = DefaultPolicy()
+		}
+		if d.resolver == nil {
+			d.resolver = net.DefaultResolver
+		}
+		if d.proxy == nil {
+			d.proxy = http.ProxyFromEnvironment
+		}
+		p.dialer = d
+	})
+	return p.dialer
+}
+
 func (p *Pool) newTransport(u *url.URL, secure bool, caBundle []byte) (*transportEntry, error) {
 	te := &transportEntry{clients: map[clientKey]*clientEntry{}}
+	d := p.policyDialer()
 	rt := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
+		Proxy:                 d.proxyFor,
+		DialContext:           d.DialContext,
 		MaxIdleConns:          0,
 		MaxIdleConnsPerHost:   max(p.MaxIdleConnsPerHost, 2),
 		IdleConnTimeout:       90 * time.Second,
@@ -206,7 +240,7 @@ func (p *Pool) newTransport(u *url.URL, secure bool, caBundle []byte) (*transpor
 		if len(caBundle) > 0 {
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(caBundle) {
-				return nil, NewFailure(ReasonInvalidCABundle, nil, "the CA bundle holds no PEM-encoded certificate")
+				return nil, taxonomy.NewFailure(taxonomy.ReasonInvalidCABundle, nil, "the CA bundle holds no PEM-encoded certificate")
 			}
 			cfg.RootCAs = pool
 		}
@@ -218,7 +252,6 @@ func (p *Pool) newTransport(u *url.URL, secure bool, caBundle []byte) (*transpor
 			return nil
 		}
 		rt.TLSClientConfig = cfg
-		te.tlsCfg = cfg
 	}
 	te.rt = rt
 	return te, nil

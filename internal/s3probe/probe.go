@@ -4,16 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"strings"
+	"net/http"
 	"time"
 
 	miniogo "github.com/minio/minio-go/v7"
 	"k8s.io/utils/clock"
+
+	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 )
 
 // Depth is how far into the bucket's data path a probe goes.
@@ -21,7 +21,8 @@ type Depth string
 
 // Probe depths; each one implies the checks of the ones before it.
 const (
-	// DepthConnect opens a TCP connection and, for https, completes a verified TLS handshake.
+	// DepthConnect reaches the endpoint the way every S3 request does (through the same
+	// proxy, with the same verified TLS) and gets any HTTP answer.
 	DepthConnect Depth = "Connect"
 	// DepthHeadBucket sends an authenticated HeadBucket request.
 	DepthHeadBucket Depth = "HeadBucket"
@@ -41,15 +42,15 @@ type Target struct {
 	CanaryKey string
 }
 
-func (t Target) subject(host string) Subject {
-	return Subject{Host: host, Bucket: t.Bucket, Region: t.Region, Timeout: t.Timeout}
+func (t Target) subject(host string) taxonomy.Subject {
+	return taxonomy.Subject{Host: host, Bucket: t.Bucket, Region: t.Region, Timeout: t.Timeout}
 }
 
 // Result is what one probe found.
 type Result struct {
 	Depth Depth
 	// Failure is nil when every check of the depth passed.
-	Failure *Failure
+	Failure *taxonomy.Failure
 	// Start is when the probe began; Duration is its wall time.
 	Start    time.Time
 	Duration time.Duration
@@ -63,8 +64,10 @@ type Prober struct {
 	Clock clock.PassiveClock
 }
 
-// Probe runs one probe of the target at its depth within its timeout. It never returns
-// an error: whatever went wrong is classified into Result.Failure.
+// Probe runs one probe of the target at its depth within its timeout. Deleting a canary
+// object may take longer, up to another timeout but never past ctx's deadline, so the
+// caller's deadline bounds the whole probe. Probe never returns an error: whatever went
+// wrong is classified into Result.Failure.
 func (p *Prober) Probe(ctx context.Context, t Target) Result {
 	clk := p.Clock
 	if clk == nil {
@@ -72,14 +75,14 @@ func (p *Prober) Probe(ctx context.Context, t Target) Result {
 	}
 	start := clk.Now()
 	res := Result{Depth: t.Depth, Start: start}
-	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
+	probeCtx, cancel := context.WithTimeout(ctx, t.Timeout)
 	defer cancel()
 
 	conn, err := p.Pool.Conn(t.Endpoint)
 	if err != nil {
-		res.Failure = Classify(err, t.subject(t.Host()))
+		res.Failure = taxonomy.Classify(err, t.subject(t.Host()))
 	} else {
-		res.Failure = p.probe(ctx, conn, t)
+		res.Failure = p.probe(probeCtx, ctx, conn, t)
 		res.CertNotAfter = conn.CertNotAfter()
 	}
 	if res.Failure != nil && !res.Failure.CertNotAfter.IsZero() {
@@ -89,50 +92,40 @@ func (p *Prober) Probe(ctx context.Context, t Target) Result {
 	return res
 }
 
-func (p *Prober) probe(ctx context.Context, conn *Conn, t Target) *Failure {
+func (p *Prober) probe(ctx, outer context.Context, conn *Conn, t Target) *taxonomy.Failure {
 	s := t.subject(conn.Host)
 	switch t.Depth {
 	case DepthConnect:
-		return Classify(connect(ctx, conn), s)
+		return taxonomy.Classify(connect(ctx, conn), s)
 	case DepthList:
-		return Classify(listOne(ctx, conn.Client, t.Bucket), s)
+		return taxonomy.Classify(listOne(ctx, conn.Client, t.Bucket), s)
 	case DepthReadWrite:
-		return readWrite(ctx, conn.Client, t, s)
+		return readWrite(ctx, cleanupContext(outer, t.Timeout), conn.Client, t, s)
 	default:
-		return Classify(HeadBucket(ctx, conn.Client, t.Bucket), s)
+		return taxonomy.Classify(HeadBucket(ctx, conn.Client, t.Bucket), s)
 	}
 }
 
-// connect dials the endpoint and, for https, completes a TLS handshake verified the
-// same way the S3 requests verify it.
+// connect sends an unauthenticated HEAD request for the endpoint's root through the
+// transport the S3 requests use, so it takes the same proxy, the same endpoint policy and
+// the same TLS verification, and agrees with the deeper probes on whether the endpoint
+// can be reached. Any answer below 500 is an answer from an endpoint that is up (S3
+// answers 403 to an anonymous request for its root); 5xx is a server error, as it is for
+// an S3 request.
 func connect(ctx context.Context, conn *Conn) error {
-	var d net.Dialer
-	addr := dialAddress(conn.Host, conn.secure)
-	raw, err := d.DialContext(ctx, "tcp", addr)
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, conn.url+"/", nil)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = raw.Close() }()
-	if !conn.secure {
-		return nil
+	resp, err := conn.entry.rt.RoundTrip(req)
+	if err != nil {
+		return err
 	}
-	host, _, _ := net.SplitHostPort(addr)
-	cfg := conn.entry.tlsCfg.Clone()
-	cfg.ServerName = host
-	return tls.Client(raw, cfg).HandshakeContext(ctx)
-}
-
-// dialAddress is the host:port to dial for an endpoint URL's host, which names its port
-// only when it is not the scheme's default.
-func dialAddress(host string, secure bool) string {
-	if _, _, err := net.SplitHostPort(host); err == nil {
-		return host
+	_ = resp.Body.Close()
+	if resp.StatusCode >= http.StatusInternalServerError {
+		return miniogo.ErrorResponse{StatusCode: resp.StatusCode, Code: resp.Status}
 	}
-	port := "80"
-	if secure {
-		port = "443"
-	}
-	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), port)
+	return nil
 }
 
 // HeadBucket checks that the bucket exists and the credentials may read it.
@@ -162,33 +155,46 @@ const canarySize = 64
 
 // readWrite puts a random canary object, reads it back, compares it and deletes the
 // exact version it wrote, so neither a version nor a delete marker stays behind.
-func readWrite(ctx context.Context, c *miniogo.Client, t Target, s Subject) *Failure {
+func readWrite(ctx context.Context, cleanup func() (context.Context, context.CancelFunc), c *miniogo.Client, t Target, s taxonomy.Subject) *taxonomy.Failure {
 	want := make([]byte, canarySize)
 	if _, err := rand.Read(want); err != nil {
-		return NewFailure(ReasonUnknown, err, "generate canary: %s", err)
+		return taxonomy.NewFailure(taxonomy.ReasonUnclassified, err, "generate canary: %s", err)
 	}
 	info, err := c.PutObject(ctx, t.Bucket, t.CanaryKey, bytes.NewReader(want), int64(len(want)),
 		miniogo.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true})
 	if err != nil {
-		return Classify(err, s)
+		return taxonomy.Classify(err, s)
 	}
 	got, readErr := getObject(ctx, c, t.Bucket, t.CanaryKey, info.VersionID)
 	// Delete even when the read failed, and even when the probe's time is up: a canary
-	// must not stay behind. The extra time is bounded by the probe timeout.
-	delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.Timeout)
+	// must not stay behind.
+	delCtx, cancel := cleanup()
 	defer cancel()
 	delErr := c.RemoveObject(delCtx, t.Bucket, t.CanaryKey, miniogo.RemoveObjectOptions{VersionID: info.VersionID})
 	switch {
 	case readErr != nil:
-		return Classify(readErr, s)
+		return taxonomy.Classify(readErr, s)
 	case !bytes.Equal(got, want):
-		return NewFailure(ReasonCanaryMismatch, nil, "the canary object %q read back from bucket %q differs from what was written", t.CanaryKey, t.Bucket)
+		return taxonomy.NewFailure(taxonomy.ReasonCanaryMismatch, nil, "the canary object %q read back from bucket %q differs from what was written", t.CanaryKey, t.Bucket)
 	case delErr != nil:
-		f := Classify(delErr, s)
+		f := taxonomy.Classify(delErr, s)
 		f.Message = fmt.Sprintf("deleting the canary object %q: %s", t.CanaryKey, f.Message)
 		return f
 	}
 	return nil
+}
+
+// cleanupContext returns the context for deleting a canary: not canceled with the probe
+// (a canary must not stay behind because the probe ran out of time, or the process is
+// shutting down), lasting at most timeout and never past outer's deadline.
+func cleanupContext(outer context.Context, timeout time.Duration) func() (context.Context, context.CancelFunc) {
+	return func() (context.Context, context.CancelFunc) {
+		deadline := time.Now().Add(timeout)
+		if d, ok := outer.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		return context.WithDeadline(context.WithoutCancel(outer), deadline)
+	}
 }
 
 func getObject(ctx context.Context, c *miniogo.Client, bucket, key, versionID string) ([]byte, error) {

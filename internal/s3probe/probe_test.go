@@ -1,6 +1,7 @@
 package s3probe_test
 
 import (
+	"context"
 	"crypto/tls"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	miniogo "github.com/minio/minio-go/v7"
 
 	"github.com/phalanks/phalanks-operator/internal/s3probe"
+	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 	"github.com/phalanks/phalanks-operator/test/harness/certs"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
@@ -66,8 +68,19 @@ func closedPort(t *testing.T) string {
 	return process.HostPort(port)
 }
 
-func newProber() *s3probe.Prober {
-	return &s3probe.Prober{Pool: &s3probe.Pool{MaxIdleConnsPerHost: 4}}
+// loopbackAllowed is the endpoint policy of tests whose servers listen on 127.0.0.1,
+// which the built-in policy denies.
+func loopbackAllowed(t *testing.T) *s3probe.Policy {
+	t.Helper()
+	p, err := s3probe.NewPolicy([]string{"127.0.0.1/32"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func newProber(t *testing.T) *s3probe.Prober {
+	return &s3probe.Prober{Pool: &s3probe.Pool{MaxIdleConnsPerHost: 4, Policy: loopbackAllowed(t)}}
 }
 
 // TestClassifiesRealFailures probes real sockets, TLS servers and MinIO into each
@@ -105,87 +118,87 @@ func TestClassifiesRealFailures(t *testing.T) {
 
 	for name, tc := range map[string]struct {
 		target     s3probe.Target
-		wantReason s3probe.Reason
-		wantCheck  s3probe.Check
+		wantReason taxonomy.Reason
+		wantCheck  taxonomy.Check
 		wantInMsg  string
 	}{
 		"a closed port is ConnectionRefused": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "http://" + refused}, Depth: s3probe.DepthHeadBucket},
-			wantReason: s3probe.ReasonConnectionRefused, wantCheck: s3probe.CheckReachable, wantInMsg: refused,
+			wantReason: taxonomy.ReasonConnectionRefused, wantCheck: taxonomy.CheckReachable, wantInMsg: refused,
 		},
 		"a closed port refuses the Connect depth too": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "https://" + refused}, Depth: s3probe.DepthConnect},
-			wantReason: s3probe.ReasonConnectionRefused, wantCheck: s3probe.CheckReachable,
+			wantReason: taxonomy.ReasonConnectionRefused, wantCheck: taxonomy.CheckReachable,
 		},
 		"a host name that does not resolve is DNSFailure": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "https://nonexistent.invalid"}, Depth: s3probe.DepthHeadBucket},
-			wantReason: s3probe.ReasonDNSFailure, wantCheck: s3probe.CheckReachable, wantInMsg: "nonexistent.invalid",
+			wantReason: taxonomy.ReasonDNSFailure, wantCheck: taxonomy.CheckReachable, wantInMsg: "nonexistent.invalid",
 		},
 		"the Connect depth dials the scheme's default port when the URL names none": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "https://nonexistent.invalid"}, Depth: s3probe.DepthConnect},
-			wantReason: s3probe.ReasonDNSFailure, wantCheck: s3probe.CheckReachable, wantInMsg: "nonexistent.invalid",
+			wantReason: taxonomy.ReasonDNSFailure, wantCheck: taxonomy.CheckReachable, wantInMsg: "nonexistent.invalid",
 		},
 		"an endpoint that never answers is Timeout": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "http://" + silent}, Depth: s3probe.DepthHeadBucket, Timeout: 300 * time.Millisecond},
-			wantReason: s3probe.ReasonTimeout, wantCheck: s3probe.CheckReachable, wantInMsg: "300ms",
+			wantReason: taxonomy.ReasonTimeout, wantCheck: taxonomy.CheckReachable, wantInMsg: "300ms",
 		},
 		"a TLS handshake that never completes is Timeout": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: "https://" + silent}, Depth: s3probe.DepthConnect, Timeout: 300 * time.Millisecond},
-			wantReason: s3probe.ReasonTimeout, wantCheck: s3probe.CheckReachable,
+			wantReason: taxonomy.ReasonTimeout, wantCheck: taxonomy.CheckReachable,
 		},
 		"a certificate from a CA nobody trusts is TLSUnknownAuthority": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: valid.URL}, Depth: s3probe.DepthHeadBucket},
-			wantReason: s3probe.ReasonTLSUnknownAuthority, wantCheck: s3probe.CheckReachable, wantInMsg: "probe-test-ca",
+			wantReason: taxonomy.ReasonTLSUnknownAuthority, wantCheck: taxonomy.CheckReachable, wantInMsg: "probe-test-ca",
 		},
 		"an unknown authority fails the Connect depth too": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: valid.URL}, Depth: s3probe.DepthConnect},
-			wantReason: s3probe.ReasonTLSUnknownAuthority, wantCheck: s3probe.CheckReachable,
+			wantReason: taxonomy.ReasonTLSUnknownAuthority, wantCheck: taxonomy.CheckReachable,
 		},
 		"an expired certificate is CertificateExpired": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: expired.URL, CABundle: ca.CertPEM}, Depth: s3probe.DepthHeadBucket},
-			wantReason: s3probe.ReasonCertificateExpired, wantCheck: s3probe.CheckReachable, wantInMsg: "expired at",
+			wantReason: taxonomy.ReasonCertificateExpired, wantCheck: taxonomy.CheckReachable, wantInMsg: "expired at",
 		},
 		"a certificate for another host is CertificateInvalid": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: wrongHost.URL, CABundle: ca.CertPEM}, Depth: s3probe.DepthConnect},
-			wantReason: s3probe.ReasonCertificateInvalid, wantCheck: s3probe.CheckReachable, wantInMsg: "elsewhere.example",
+			wantReason: taxonomy.ReasonCertificateInvalid, wantCheck: taxonomy.CheckReachable, wantInMsg: "elsewhere.example",
 		},
 		"an endpoint that does not speak TLS is TLSHandshakeFailed": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: strings.Replace(plainHTTP.URL, "http://", "https://", 1)}, Depth: s3probe.DepthHeadBucket},
-			wantReason: s3probe.ReasonTLSHandshakeFailed, wantCheck: s3probe.CheckReachable,
+			wantReason: taxonomy.ReasonTLSHandshakeFailed, wantCheck: taxonomy.CheckReachable,
 		},
 		"a CA bundle without a certificate is InvalidCABundle": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: valid.URL, CABundle: []byte("not pem")}, Depth: s3probe.DepthHeadBucket},
-			wantReason: s3probe.ReasonInvalidCABundle, wantCheck: s3probe.CheckReachable,
+			wantReason: taxonomy.ReasonInvalidCABundle, wantCheck: taxonomy.CheckReachable,
 		},
 		"a 503 answer is ServerError": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: unavailable.URL}, Bucket: "present", Depth: s3probe.DepthHeadBucket},
-			wantReason: s3probe.ReasonServerError, wantCheck: s3probe.CheckReachable, wantInMsg: "Service Unavailable",
+			wantReason: taxonomy.ReasonServerError, wantCheck: taxonomy.CheckReachable, wantInMsg: "Service Unavailable",
 		},
 		"a wrong secret key is InvalidCredentials": {
 			target: s3probe.Target{Endpoint: s3probe.Endpoint{URL: s3.URL, Credentials: &s3probe.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: "wrong-secret"}},
 				Bucket: "present", Depth: s3probe.DepthHeadBucket},
-			wantReason: s3probe.ReasonInvalidCredentials, wantCheck: s3probe.CheckAuthenticated, wantInMsg: "SignatureDoesNotMatch",
+			wantReason: taxonomy.ReasonInvalidCredentials, wantCheck: taxonomy.CheckAuthenticated, wantInMsg: "SignatureDoesNotMatch",
 		},
 		"an unknown access key is InvalidCredentials": {
 			target: s3probe.Target{Endpoint: s3probe.Endpoint{URL: s3.URL, Credentials: &s3probe.Credentials{AccessKeyID: "nobody", SecretAccessKey: "wrong-secret"}},
 				Bucket: "present", Depth: s3probe.DepthList},
-			wantReason: s3probe.ReasonInvalidCredentials, wantCheck: s3probe.CheckAuthenticated, wantInMsg: "InvalidAccessKeyId",
+			wantReason: taxonomy.ReasonInvalidCredentials, wantCheck: taxonomy.CheckAuthenticated, wantInMsg: "InvalidAccessKeyId",
 		},
 		"an anonymous request to a private bucket is AccessDenied": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: s3.URL}, Bucket: "present", Depth: s3probe.DepthHeadBucket},
-			wantReason: s3probe.ReasonAccessDenied, wantCheck: s3probe.CheckAuthenticated, wantInMsg: "present",
+			wantReason: taxonomy.ReasonAccessDenied, wantCheck: taxonomy.CheckAuthenticated, wantInMsg: "present",
 		},
 		"a missing bucket is NoSuchBucket": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: s3.URL, Credentials: good}, Bucket: "absent", Depth: s3probe.DepthHeadBucket},
-			wantReason: s3probe.ReasonNoSuchBucket, wantCheck: s3probe.CheckBucketAvailable, wantInMsg: `"absent"`,
+			wantReason: taxonomy.ReasonNoSuchBucket, wantCheck: taxonomy.CheckBucketAvailable, wantInMsg: `"absent"`,
 		},
 		"a missing bucket is NoSuchBucket for the List depth too": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: s3.URL, Credentials: good}, Bucket: "absent", Depth: s3probe.DepthList},
-			wantReason: s3probe.ReasonNoSuchBucket, wantCheck: s3probe.CheckBucketAvailable,
+			wantReason: taxonomy.ReasonNoSuchBucket, wantCheck: taxonomy.CheckBucketAvailable,
 		},
 		"a request signed for another region is WrongRegion naming the server's region": {
 			target:     s3probe.Target{Endpoint: s3probe.Endpoint{URL: s3.URL, Credentials: good, Region: "eu-west-1"}, Bucket: "present", Depth: s3probe.DepthHeadBucket},
-			wantReason: s3probe.ReasonWrongRegion, wantCheck: s3probe.CheckBucketAvailable, wantInMsg: `"us-east-1"`,
+			wantReason: taxonomy.ReasonWrongRegion, wantCheck: taxonomy.CheckBucketAvailable, wantInMsg: `"us-east-1"`,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -195,7 +208,7 @@ func TestClassifiesRealFailures(t *testing.T) {
 			if tc.target.Bucket == "" {
 				tc.target.Bucket = "any-bucket"
 			}
-			res := newProber().Probe(ctx, tc.target)
+			res := newProber(t).Probe(ctx, tc.target)
 			f := res.Failure
 			if f == nil {
 				t.Fatalf("probe passed, want %s", tc.wantReason)
@@ -224,9 +237,9 @@ func TestExpiredCertificateReportsItsNotAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := tlsServer(t, pair)
-	res := newProber().Probe(t.Context(), s3probe.Target{Endpoint: s3probe.Endpoint{URL: srv.URL, CABundle: ca.CertPEM},
+	res := newProber(t).Probe(t.Context(), s3probe.Target{Endpoint: s3probe.Endpoint{URL: srv.URL, CABundle: ca.CertPEM},
 		Bucket: "any-bucket", Depth: s3probe.DepthConnect, Timeout: 5 * time.Second})
-	if res.Failure == nil || res.Failure.Reason != s3probe.ReasonCertificateExpired {
+	if res.Failure == nil || res.Failure.Reason != taxonomy.ReasonCertificateExpired {
 		t.Fatalf("got %+v, want CertificateExpired", res.Failure)
 	}
 	if !res.CertNotAfter.Equal(notAfter) {
@@ -237,7 +250,7 @@ func TestExpiredCertificateReportsItsNotAfter(t *testing.T) {
 func TestRepeatedFailuresKeepTheSameMessage(t *testing.T) {
 	silent := silentListener(t)
 	refused := closedPort(t)
-	p := newProber()
+	p := newProber(t)
 	for _, target := range []s3probe.Target{
 		{Endpoint: s3probe.Endpoint{URL: "http://" + refused}, Depth: s3probe.DepthHeadBucket},
 		{Endpoint: s3probe.Endpoint{URL: "http://" + silent}, Depth: s3probe.DepthHeadBucket},
@@ -257,7 +270,7 @@ func TestHealthyBucketPassesEveryDepth(t *testing.T) {
 	if err := s3.MakeBucket(ctx, "healthy", miniogo.MakeBucketOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	p := newProber()
+	p := newProber(t)
 	for _, depth := range []s3probe.Depth{s3probe.DepthConnect, s3probe.DepthHeadBucket, s3probe.DepthList, s3probe.DepthReadWrite} {
 		res := p.Probe(ctx, s3probe.Target{
 			Endpoint: s3probe.Endpoint{URL: s3.URL, CABundle: s3.CAPEM,
@@ -292,7 +305,7 @@ func TestReadWriteLeavesNoCanaryBehind(t *testing.T) {
 	if err := admin.EnableVersioning(ctx, "versioned"); err != nil {
 		t.Fatal(err)
 	}
-	p := newProber()
+	p := newProber(t)
 	for _, bucket := range []string{"plain", "versioned"} {
 		for range 3 {
 			res := p.Probe(ctx, s3probe.Target{
@@ -322,5 +335,33 @@ func TestCredentialsNeverPrint(t *testing.T) {
 		if strings.Contains(s, "s3cr3t") || strings.Contains(s, "AKIA-visible") {
 			t.Errorf("credentials printed as %q", s)
 		}
+	}
+}
+
+// TestAProbeEndsByTheCallersDeadline: deleting a canary may outlast the probe timeout
+// (a canary must not stay behind), but never the deadline of the pass that runs the
+// probe. The endpoint accepts the canary and then answers nothing.
+func TestAProbeEndsByTheCallersDeadline(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			w.Header().Set("ETag", `"0123456789abcdef0123456789abcdef"`)
+			return
+		}
+		<-r.Context().Done() // the read and the delete hang
+	}))
+	t.Cleanup(srv.Close)
+	const timeout, deadline = 1500 * time.Millisecond, 2 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), deadline)
+	defer cancel()
+	start := time.Now()
+	res := newProber(t).Probe(ctx, s3probe.Target{Endpoint: s3probe.Endpoint{URL: srv.URL}, Bucket: "any-bucket",
+		Depth: s3probe.DepthReadWrite, Timeout: timeout, CanaryKey: ".phalanks-probe/deadline"})
+	elapsed := time.Since(start)
+	if res.Failure == nil || res.Failure.Reason != taxonomy.ReasonTimeout {
+		t.Errorf("got %v, want Timeout", res.Failure)
+	}
+	// Without the bound: the read's timeout plus another whole timeout for the delete.
+	if elapsed > deadline+500*time.Millisecond {
+		t.Errorf("the probe took %s, past the caller's deadline of %s", elapsed.Round(time.Millisecond), deadline)
 	}
 }

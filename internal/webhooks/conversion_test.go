@@ -82,13 +82,13 @@ var _ = Describe("StorageBucket conversion between v1alpha1 and v1beta1", func()
 			Endpoint: "minio.example.com:9000", BucketName: "team-data", Region: "eu-central-1",
 			SecretName: "creds", IntervalSeconds: 120,
 		}))
-		alpha.Spec.Region = "eu-west-1"
+		alpha.Spec.IntervalSeconds = 60
 		Expect(k8s.Update(ctx, alpha)).To(Succeed())
 
 		beta := &phalanksv1beta1.StorageBucket{}
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(original), beta)).To(Succeed())
 		want := original.Spec
-		want.Region = "eu-west-1"
+		want.HealthCheck.Interval = &metav1.Duration{Duration: time.Minute}
 		Expect(beta.Spec).To(Equal(want))
 		Expect(beta.Annotations).NotTo(HaveKey(phalanksv1alpha1.ConversionDataAnnotation))
 	})
@@ -130,6 +130,46 @@ var _ = Describe("StorageBucket conversion between v1alpha1 and v1beta1", func()
 		Expect(beta.Spec.BucketName).To(Equal("team-data"))
 		Expect(beta.Spec.ManagementPolicy).To(Equal(phalanksv1beta1.ManagementObserve))
 		Expect(beta.Annotations).NotTo(HaveKey(phalanksv1alpha1.ConversionDataAnnotation))
+	})
+
+	It("refuses a v1alpha1 write that moves a managed bucket to another endpoint or region", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		original := everythingV1beta1(ns, "moved")
+		Expect(k8s.Create(ctx, original)).To(Succeed())
+		for _, edit := range []func(*phalanksv1alpha1.StorageBucket){
+			func(a *phalanksv1alpha1.StorageBucket) { a.Spec.Region = "eu-west-1" },
+			func(a *phalanksv1alpha1.StorageBucket) { a.Spec.Endpoint = "minio.example.org:9000" },
+		} {
+			alpha := &phalanksv1alpha1.StorageBucket{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(original), alpha)).To(Succeed())
+			edit(alpha)
+			err := k8s.Update(ctx, alpha)
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring("endpoint and region cannot change while managementPolicy is Manage"))
+		}
+		beta := &phalanksv1beta1.StorageBucket{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(original), beta)).To(Succeed())
+		Expect(beta.Spec).To(Equal(original.Spec))
+	})
+
+	It("stores only what v1beta1 validation allows, whatever the conversion annotation says", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		original := everythingV1beta1(ns, "forged")
+		Expect(k8s.Create(ctx, original)).To(Succeed())
+		alpha := &phalanksv1alpha1.StorageBucket{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(original), alpha)).To(Succeed())
+		alpha.Annotations[phalanksv1alpha1.ConversionDataAnnotation] = `{"spec":{"endpoint":"https://minio.example.com:9000",` +
+			`"region":"eu-central-1","healthCheck":{"interval":"2m0s","timeout":"1ms","depth":"List"}}}`
+		Expect(k8s.Update(ctx, alpha)).To(Succeed())
+
+		beta := &phalanksv1beta1.StorageBucket{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(original), beta)).To(Succeed())
+		Expect(beta.Spec.HealthCheck.Depth).To(Equal(phalanksv1beta1.ProbeList), "valid saved values are restored")
+		Expect(beta.Spec.HealthCheck.TimeoutDuration()).To(BeNumerically(">=", 100*time.Millisecond))
+		Expect(beta.Spec.HealthCheck.Valid()).To(BeTrue(), "healthCheck %+v", beta.Spec.HealthCheck)
+		By("and an update in v1beta1 of the stored object passes its validation")
+		beta.Spec.NonEmptyStrategy = phalanksv1beta1.NonEmptyFail
+		Expect(k8s.Update(ctx, beta)).To(Succeed())
 	})
 
 	It("lists the same objects in both versions", func(ctx SpecContext) {

@@ -132,7 +132,8 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 	It("converts StorageBuckets between v1alpha1 and v1beta1 through OLM's webhook wiring, served by our manager", func() {
 		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: userNamespace}})).To(Succeed())
 		Expect(k8s.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: "minio-credentials", Namespace: userNamespace},
+			ObjectMeta: metav1.ObjectMeta{Name: "minio-credentials", Namespace: userNamespace,
+				Labels: map[string]string{phalanksv1beta1.LabelSecretAllowed: "true"}},
 			StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": s3.SecretKey},
 		})).To(Succeed())
 		for _, b := range []string{"created-as-v1beta1", "created-as-v1alpha1"} {

@@ -70,7 +70,8 @@ func runScenario(b *testing.B) {
 
 	progress("operator: starting bin/manager")
 	op := sc.start(b, "manager", sc.managerBin, "--leader-elect", "--leader-elect-namespace", "phalanks-system",
-		"--storagebucket-concurrency", strconv.Itoa(concurrency), "--metrics-secure=false")
+		"--storagebucket-concurrency", strconv.Itoa(concurrency), "--metrics-secure=false",
+		"--storagebucket-endpoint-allow-cidrs=127.0.0.1/32") // MinIO listens on loopback
 	waitFor(b, "every bucket Ready", 10*time.Minute, func() bool { return op.metric("phalanks_storagebucket_up", nil) >= float64(n) })
 	progress("operator: all %d buckets Ready; warming up for one interval", n)
 	time.Sleep(interval)
@@ -274,7 +275,7 @@ func setup(b *testing.B, n int) *scenario {
 		must(b, sc.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
 	must(b, sc.k8s.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "s3"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "s3", Labels: map[string]string{phalanksv1beta1.LabelSecretAllowed: "true"}},
 		StringData: map[string]string{"AWS_ACCESS_KEY_ID": sc.s3.AccessKey, "AWS_SECRET_ACCESS_KEY": sc.s3.SecretKey},
 	}))
 	for i := range n {

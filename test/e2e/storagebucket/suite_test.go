@@ -87,6 +87,8 @@ func startManager(name, kubeconfig string, extra ...string) *manager {
 			"--metrics-bind-address", process.HostPort(ports[1]), "--metrics-secure=false",
 			"--health-probe-bind-address", process.HostPort(ports[2]),
 			"--zap-log-level=debug",
+			// MinIO listens on 127.0.0.1, which the endpoint policy denies by default.
+			"--storagebucket-endpoint-allow-cidrs=127.0.0.1/32",
 		}, extra...),
 		LogPath: filepath.Join(dir, name+".log"),
 	}
@@ -214,7 +216,7 @@ func decodeFile(path string, into any) {
 
 func credentialsSecret(ns string, s3 *minio.Server) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-credentials"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-credentials", Labels: map[string]string{phalanksv1beta1.LabelSecretAllowed: "true"}},
 		StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": s3.SecretKey},
 	}
 }

@@ -1,4 +1,13 @@
-package s3probe
+// Package taxonomy is the fixed vocabulary of what can go wrong with a StorageBucket: the
+// condition reasons users see, the check each one makes fail, and the classification of
+// whatever an S3 endpoint, the network or TLS returned into one of them. Probing
+// (internal/s3probe), bucket management (internal/s3bucket) and the controller all speak it.
+//
+// A Failure's message goes into a status condition and an event, so it is built only from
+// what the operator knows or can vouch for: the endpoint's host, the bucket, a validated
+// S3 error code or HTTP status text. It never holds credentials, a response body, or
+// per-request detail (ports, request IDs, timings).
+package taxonomy
 
 import (
 	"context"
@@ -21,7 +30,7 @@ import (
 // set is fixed and each one says what to look at.
 type Reason string
 
-// The error taxonomy. Each reason belongs to the Check it makes fail (see CheckOf).
+// The reasons. Each one belongs to the Check it makes fail (see CheckOf).
 const (
 	// ReasonDNSFailure: the endpoint's host name does not resolve.
 	ReasonDNSFailure Reason = "DNSFailure"
@@ -33,6 +42,10 @@ const (
 	ReasonNetworkUnreachable Reason = "NetworkUnreachable"
 	// ReasonTimeout: the endpoint did not answer within the probe timeout.
 	ReasonTimeout Reason = "Timeout"
+	// ReasonEndpointNotAllowed: the endpoint resolves to an address the operator's
+	// endpoint policy denies (loopback, link-local, cloud metadata, or a range the
+	// operator's administrator denied); no connection was made.
+	ReasonEndpointNotAllowed Reason = "EndpointNotAllowed"
 	// ReasonTLSUnknownAuthority: the certificate chains to a CA that is not trusted
 	// (set caBundle for a private CA).
 	ReasonTLSUnknownAuthority Reason = "TLSUnknownAuthority"
@@ -65,16 +78,23 @@ const (
 	ReasonBucketNotEmpty Reason = "BucketNotEmpty"
 	// ReasonErrResourceExists: the bucket exists and is not owned by this StorageBucket.
 	ReasonErrResourceExists Reason = "ErrResourceExists"
+	// ReasonTaggingNotSupported: the endpoint does not implement bucket tagging, which
+	// managementPolicy Manage needs to record whose bucket it is.
+	ReasonTaggingNotSupported Reason = "TaggingNotSupported"
 	// ReasonSecretNotFound: the credentials Secret does not exist.
 	ReasonSecretNotFound Reason = "SecretNotFound"
+	// ReasonSecretNotLabeled: the referenced Secret exists but does not carry the label
+	// that allows StorageBuckets to use it; the operator does not read it.
+	ReasonSecretNotLabeled Reason = "SecretNotLabeled"
 	// ReasonSecretKeyMissing: the credentials Secret lacks a key, or its value is empty.
 	ReasonSecretKeyMissing Reason = "SecretKeyMissing"
 	// ReasonCABundleNotFound: the CA bundle's ConfigMap, Secret or key does not exist.
 	ReasonCABundleNotFound Reason = "CABundleNotFound"
 	// ReasonInvalidCABundle: the CA bundle holds no PEM certificate.
 	ReasonInvalidCABundle Reason = "InvalidCABundle"
-	// ReasonUnknown: an error outside the taxonomy; the message has the detail.
-	ReasonUnknown Reason = "Unknown"
+	// ReasonUnclassified: an error outside the taxonomy; the message has what can be
+	// said about it.
+	ReasonUnclassified Reason = "UnclassifiedError"
 )
 
 // Check is one of the health checks a probe makes, in the order they build on each
@@ -93,12 +113,12 @@ const (
 func CheckOf(r Reason) Check {
 	switch r {
 	case ReasonDNSFailure, ReasonConnectionRefused, ReasonConnectionReset, ReasonNetworkUnreachable, ReasonTimeout,
-		ReasonTLSUnknownAuthority, ReasonCertificateExpired, ReasonCertificateInvalid, ReasonTLSHandshakeFailed,
-		ReasonServerError, ReasonCABundleNotFound, ReasonInvalidCABundle, ReasonUnknown:
+		ReasonEndpointNotAllowed, ReasonTLSUnknownAuthority, ReasonCertificateExpired, ReasonCertificateInvalid,
+		ReasonTLSHandshakeFailed, ReasonServerError, ReasonCABundleNotFound, ReasonInvalidCABundle, ReasonUnclassified:
 		return CheckReachable
-	case ReasonInvalidCredentials, ReasonAccessDenied, ReasonSecretNotFound, ReasonSecretKeyMissing:
+	case ReasonInvalidCredentials, ReasonAccessDenied, ReasonSecretNotFound, ReasonSecretNotLabeled, ReasonSecretKeyMissing:
 		return CheckAuthenticated
-	case ReasonErrResourceExists, ReasonBucketNotEmpty:
+	case ReasonErrResourceExists, ReasonBucketNotEmpty, ReasonTaggingNotSupported:
 		return CheckManaged
 	default:
 		return CheckBucketAvailable
@@ -106,21 +126,19 @@ func CheckOf(r Reason) Check {
 }
 
 // EndpointDown reports whether a failure with this reason says the endpoint as a whole
-// is down (rather than something about one bucket), so that its recovery should
-// re-check every bucket on it.
+// did not answer (rather than something about one bucket): its other buckets cannot be
+// reached either, and its recovery should re-check every one of them.
 func EndpointDown(r Reason) bool {
 	switch r {
-	case ReasonDNSFailure, ReasonConnectionRefused, ReasonConnectionReset, ReasonNetworkUnreachable,
-		ReasonTimeout, ReasonServerError:
+	case ReasonDNSFailure, ReasonConnectionRefused, ReasonConnectionReset, ReasonNetworkUnreachable, ReasonTimeout:
 		return true
 	}
 	return false
 }
 
 // Failure is a classified probe or management error. Its Message is safe and stable
-// enough for a status condition: it never holds credentials, and it names no
-// per-request detail (ports, request IDs, timings), so repeating the same failure does
-// not change the status.
+// enough for a status condition (see the package comment), so repeating the same failure
+// does not change the status.
 type Failure struct {
 	Reason  Reason
 	Check   Check
@@ -186,9 +204,9 @@ func classifyNetwork(err error, s Subject) *Failure {
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return NewFailure(ReasonNetworkUnreachable, err, "no route to %s", s.Host)
 	case errors.Is(err, context.Canceled):
-		return NewFailure(ReasonUnknown, err, "probe of %s canceled", s.Host)
+		return NewFailure(ReasonUnclassified, err, "probe of %s canceled", s.Host)
 	}
-	return NewFailure(ReasonUnknown, err, "%s", stableText(err))
+	return NewFailure(ReasonUnclassified, err, "%s", stableText(err))
 }
 
 func classifyTLS(err error, s Subject) *Failure {
@@ -255,10 +273,9 @@ func classifyS3(err error, s Subject) *Failure {
 	if !errors.As(err, &resp) || (resp.StatusCode == 0 && resp.Code == "") {
 		return nil
 	}
-	detail := resp.Code
-	if resp.Message != "" {
-		detail += ": " + resp.Message
-	}
+	// The answer's message (and, for an answer that is not an S3 error document, its
+	// body) is read to classify it, never quoted: the endpoint is whatever a user named.
+	detail := answerCode(resp)
 	switch {
 	case invalidCredentialCodes[resp.Code]:
 		return NewFailure(ReasonInvalidCredentials, err, "%s rejected the credentials (%s)", s.Host, detail)
@@ -277,29 +294,43 @@ func classifyS3(err error, s Subject) *Failure {
 	case resp.Code == "BucketNotEmpty":
 		return NewFailure(ReasonBucketNotEmpty, err, "bucket %q is not empty", s.Bucket)
 	case resp.StatusCode >= 500 || resp.Code == "SlowDown" || resp.Code == "ServiceUnavailable" || resp.Code == "InternalError":
-		return NewFailure(ReasonServerError, err, "%s answered with a server error (%s)", s.Host, serverErrorText(resp))
+		return NewFailure(ReasonServerError, err, "%s answered with a server error (%s)", s.Host, detail)
 	}
-	return &Failure{Reason: ReasonUnknown, Check: CheckBucketAvailable, cause: err,
-		Message: fmt.Sprintf("%s answered %d (%s)", s.Host, resp.StatusCode, stableText(errors.New(detail)))}
+	return &Failure{Reason: ReasonUnclassified, Check: CheckBucketAvailable, cause: err,
+		Message: fmt.Sprintf("%s answered %d (%s)", s.Host, resp.StatusCode, detail)}
 }
 
-func serverErrorText(resp miniogo.ErrorResponse) string {
-	if resp.StatusCode != 0 && (resp.Code == "" || strings.HasPrefix(resp.Code, fmt.Sprint(resp.StatusCode))) {
-		return http.StatusText(resp.StatusCode)
+// s3Code is what an S3 error code looks like (AccessDenied, XMinioInvalidIAMCredentials).
+var s3Code = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9.]{0,63}$`)
+
+// answerCode names an error answer by its S3 error code when it has one, and by its HTTP
+// status text otherwise.
+func answerCode(resp miniogo.ErrorResponse) string {
+	if s3Code.MatchString(resp.Code) {
+		return resp.Code
 	}
-	return resp.Code
+	if t := http.StatusText(resp.StatusCode); t != "" {
+		return t
+	}
+	return fmt.Sprintf("HTTP %d", resp.StatusCode)
 }
+
+// regionName is what a region looks like; anything else the endpoint names is not quoted.
+var regionName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 // regionMismatch returns the region the endpoint says the bucket is in, when it is not
 // the one the request was signed for; empty when the error names no other region.
 func regionMismatch(resp miniogo.ErrorResponse, want string) string {
-	if resp.Region != "" && resp.Region != want {
-		return resp.Region
+	region := resp.Region
+	if region == "" {
+		if m := expectingRegion.FindStringSubmatch(resp.Message); m != nil {
+			region = m[1]
+		}
 	}
-	if m := expectingRegion.FindStringSubmatch(resp.Message); m != nil && m[1] != want {
-		return m[1]
+	if region == want || !regionName.MatchString(region) {
+		return ""
 	}
-	return ""
+	return region
 }
 
 var expectingRegion = regexp.MustCompile(`expecting '([^']+)'`)
@@ -319,7 +350,7 @@ var (
 	requestID = regexp.MustCompile(`(?i)(request ?id|host ?id)[:=]\s*\S+`)
 )
 
-// stableText is an error's text without per-connection detail, at most 256 bytes.
+// stableText is a local error's text without per-connection detail, at most 256 bytes.
 func stableText(err error) string {
 	t := localAddr.ReplaceAllString(err.Error(), "")
 	t = requestID.ReplaceAllString(t, "")
@@ -328,3 +359,7 @@ func stableText(err error) string {
 	}
 	return t
 }
+
+// StableText is err's text as a Failure message may hold it: without per-connection
+// detail, at most 256 bytes. Use it only for errors raised locally.
+func StableText(err error) string { return stableText(err) }

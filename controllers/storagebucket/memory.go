@@ -1,0 +1,233 @@
+package storagebucket
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/phalanks/phalanks-operator/internal/taxonomy"
+)
+
+// memory is everything this process remembers about StorageBuckets between passes, in
+// one place: the state of each bucket, keyed by UID (a StorageBucket deleted and created
+// again under the same name is a new object and starts unknown), and the state of each
+// endpoint those buckets are on (its circuit breaker), kept while a bucket uses it.
+//
+// Memory is a cache of the world, never its only record: a new leader starts with none
+// and rebuilds it from the status and the next probes. Whatever must survive a restart
+// (the record that this StorageBucket creates its bucket) is in the status.
+type memory struct {
+	mu      sync.Mutex
+	buckets map[types.UID]*bucketState
+	// names maps each live StorageBucket's name to its UID, to find the state of a
+	// StorageBucket that is gone (the request names it; the object is not there to tell
+	// its UID) and the predecessor of a re-created one.
+	names map[types.NamespacedName]types.UID
+	// endpoints holds the endpoints that failed to answer, keyed by endpoint key
+	// (scheme://host:port); users counts the buckets in memory on each endpoint.
+	endpoints map[string]*endpointState
+	users     map[string]int
+}
+
+func newMemory() *memory {
+	return &memory{
+		buckets:   map[types.UID]*bucketState{},
+		names:     map[types.NamespacedName]types.UID{},
+		endpoints: map[string]*endpointState{},
+		users:     map[string]int{},
+	}
+}
+
+// bucketState is what this process remembers about one StorageBucket between probes.
+type bucketState struct {
+	key types.NamespacedName
+	// generation and fingerprint are the spec and inputs the last probe used.
+	generation  int64
+	fingerprint string
+	// ownedFor is the ownershipKey for which ownership was confirmed.
+	ownedFor     string
+	endpoint     string
+	endpointDown bool
+	// lockCheckedFor is the ownershipKey for which object lock was checked, and
+	// objectLock what the check found.
+	lockCheckedFor string
+	objectLock     bool
+	// createRecordedFor is the placement (endpoint and region) for which the status is
+	// known to record that this StorageBucket creates its bucket.
+	createRecordedFor string
+	obs               statusInput
+}
+
+func (st *bucketState) ownershipKey() string {
+	return fmt.Sprintf("%d/%s", st.generation, st.fingerprint)
+}
+
+// bucketRef names a bucket for the scheduler: by UID, with the name its requests carry.
+type bucketRef struct {
+	UID types.UID
+	Key types.NamespacedName
+}
+
+// track records that key names uid now, and returns the UID it named before, if another.
+func (m *memory) track(uid types.UID, key types.NamespacedName) (types.UID, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev, ok := m.names[key]
+	m.names[key] = uid
+	return prev, ok && prev != uid
+}
+
+// uidOf returns the UID key names.
+func (m *memory) uidOf(key types.NamespacedName) (types.UID, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	uid, ok := m.names[key]
+	return uid, ok
+}
+
+// state returns a copy of the bucket's state, or nil for a bucket not probed yet.
+func (m *memory) state(uid types.UID) *bucketState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st, ok := m.buckets[uid]; ok {
+		cp := *st
+		return &cp
+	}
+	return nil
+}
+
+// store keeps the bucket's state.
+func (m *memory) store(uid types.UID, st *bucketState) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old, ok := m.buckets[uid]; ok {
+		m.leaveLocked(old.endpoint)
+	}
+	m.buckets[uid] = st
+	m.users[st.endpoint]++
+}
+
+// forget drops the bucket's state and returns its name; an endpoint no bucket uses any
+// more is dropped with it.
+func (m *memory) forget(uid types.UID) (types.NamespacedName, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var key types.NamespacedName
+	found := false
+	if st, ok := m.buckets[uid]; ok {
+		key, found = st.key, true
+		m.leaveLocked(st.endpoint)
+		delete(m.buckets, uid)
+	}
+	for k, u := range m.names {
+		if u == uid {
+			key, found = k, true
+			delete(m.names, k)
+		}
+	}
+	return key, found
+}
+
+func (m *memory) leaveLocked(endpoint string) {
+	m.users[endpoint]--
+	if m.users[endpoint] <= 0 {
+		delete(m.users, endpoint)
+		delete(m.endpoints, endpoint)
+	}
+}
+
+// The circuit breaker of an endpoint that does not answer. After breakerOpensAfter
+// unanswered probes in a row (from any of its buckets) it opens: from then on one bucket
+// at a time probes the endpoint (the trial), no sooner than a backoff after the last
+// failed trial, and every other bucket that comes due meanwhile is marked with the last
+// trial's result instead of spending a worker on a probe that would time out. The first
+// answer closes it, and every bucket marked meanwhile is probed at once.
+const (
+	breakerOpensAfter   = 2
+	breakerFirstBackoff = time.Second
+	breakerMaxBackoff   = 30 * time.Second
+)
+
+// endpointState is the circuit breaker of one endpoint.
+type endpointState struct {
+	failures int
+	open     bool
+	// last is the newest unanswered probe's failure, which marks the other buckets.
+	last *taxonomy.Failure
+	// trial is the bucket probing the endpoint while it is open, until trialUntil (a
+	// trial whose pass never reports ends with its pass budget).
+	trial      types.UID
+	trialUntil time.Time
+	nextTrial  time.Time
+	backoff    time.Duration
+}
+
+// admit decides whether a bucket on an endpoint is probed now. It returns the failure
+// to mark the bucket with when it is not.
+func (m *memory) admit(endpoint string, uid types.UID, now time.Time, budget time.Duration) (bool, *taxonomy.Failure) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	es := m.endpoints[endpoint]
+	if es == nil || !es.open {
+		return true, nil
+	}
+	if (es.trial != "" && now.Before(es.trialUntil)) || now.Before(es.nextTrial) {
+		return false, es.last
+	}
+	es.trial, es.trialUntil = uid, now.Add(budget)
+	return true, nil
+}
+
+// report records a probe's result for its endpoint. When the endpoint answered after it
+// had not, it returns the other buckets on it that were down, to probe at once.
+func (m *memory) report(endpoint string, uid types.UID, f *taxonomy.Failure, now time.Time, interval time.Duration) []bucketRef {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	es := m.endpoints[endpoint]
+	if es != nil && es.trial == uid {
+		es.trial = ""
+	}
+	switch {
+	case f != nil && taxonomy.EndpointDown(f.Reason):
+		if es == nil {
+			es = &endpointState{}
+			m.endpoints[endpoint] = es
+		}
+		es.failures++
+		es.last = f
+		switch {
+		case es.open:
+			es.backoff = min(max(2*es.backoff, breakerFirstBackoff), breakerMaxBackoff, max(interval, breakerFirstBackoff))
+			es.nextTrial = now.Add(es.backoff)
+		case es.failures >= breakerOpensAfter:
+			es.open, es.backoff, es.nextTrial = true, breakerFirstBackoff, now.Add(breakerFirstBackoff)
+		}
+		return nil
+	case answered(f) && es != nil:
+		delete(m.endpoints, endpoint)
+		var again []bucketRef
+		for u, other := range m.buckets {
+			if u != uid && other.endpoint == endpoint && other.endpointDown {
+				again = append(again, bucketRef{UID: u, Key: other.key})
+			}
+		}
+		return again
+	}
+	return nil
+}
+
+// answered reports whether a probe result shows the endpoint answering: a success, or
+// a failure that needed an answer (credentials, bucket, TLS certificate).
+func answered(f *taxonomy.Failure) bool {
+	if f == nil {
+		return true
+	}
+	switch f.Reason {
+	case taxonomy.ReasonCABundleNotFound, taxonomy.ReasonInvalidCABundle, taxonomy.ReasonUnclassified,
+		taxonomy.ReasonEndpointNotAllowed:
+		return false
+	}
+	return !taxonomy.EndpointDown(f.Reason)
+}

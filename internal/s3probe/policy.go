@@ -1,0 +1,207 @@
+package s3probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/phalanks/phalanks-operator/internal/taxonomy"
+)
+
+// Policy decides which addresses the operator may connect to on behalf of a
+// StorageBucket. Anyone who may create a StorageBucket chooses its endpoint, so without a
+// policy the operator would connect wherever they point it: the cloud metadata service,
+// the node's own loopback services. The policy is enforced when a connection is made, on
+// the address actually dialled, so a name that resolves to an allowed address when it is
+// checked and to a denied one when it is used (DNS rebinding) gains nothing.
+//
+// Rules are CIDR prefixes that allow or deny. The most specific prefix that contains an
+// address decides (a deny wins a tie); an address no rule contains is allowed. The
+// built-in rules deny loopback, link-local (which holds the metadata services of AWS, GCP
+// and Azure at 169.254.169.254), the unspecified addresses, multicast and the other
+// well-known metadata addresses; an administrator adds rules with the operator's flags.
+type Policy struct {
+	rules []rule
+}
+
+type rule struct {
+	prefix netip.Prefix
+	allow  bool
+	// why names the rule in messages.
+	why string
+}
+
+// Built-in denials.
+var defaultDeny = []struct{ cidr, why string }{
+	{"127.0.0.0/8", "loopback"},
+	{"::1/128", "loopback"},
+	{"169.254.0.0/16", "link-local, where cloud metadata services live"},
+	{"fe80::/10", "link-local"},
+	{"0.0.0.0/8", "unspecified"},
+	{"::/128", "unspecified"},
+	{"224.0.0.0/4", "multicast"},
+	{"ff00::/8", "multicast"},
+	{"fd00:ec2::254/128", "the AWS metadata service"},
+	{"100.100.100.200/32", "the Alibaba Cloud metadata service"},
+	{"168.63.129.16/32", "the Azure platform endpoint"},
+}
+
+// DefaultPolicy returns the built-in rules only.
+func DefaultPolicy() *Policy {
+	p, err := NewPolicy(nil, nil)
+	if err != nil {
+		panic(err) // the built-in rules parse
+	}
+	return p
+}
+
+// NewPolicy returns the built-in rules plus the given CIDRs to allow and to deny.
+func NewPolicy(allow, deny []string) (*Policy, error) {
+	p := &Policy{}
+	for _, d := range defaultDeny {
+		p.rules = append(p.rules, rule{prefix: netip.MustParsePrefix(d.cidr), why: d.why})
+	}
+	add := func(cidrs []string, allowed bool, why string) error {
+		for _, c := range cidrs {
+			c = strings.TrimSpace(c)
+			if c == "" {
+				continue
+			}
+			prefix, err := netip.ParsePrefix(c)
+			if err != nil {
+				addr, aerr := netip.ParseAddr(c)
+				if aerr != nil {
+					return fmt.Errorf("endpoint policy: %q is not a CIDR prefix or an IP address", c)
+				}
+				prefix = netip.PrefixFrom(addr, addr.BitLen())
+			}
+			p.rules = append(p.rules, rule{prefix: prefix.Masked(), allow: allowed, why: why})
+		}
+		return nil
+	}
+	if err := add(deny, false, "denied by the operator's --storagebucket-endpoint-deny-cidrs"); err != nil {
+		return nil, err
+	}
+	if err := add(allow, true, ""); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Check returns nil when the policy allows addr, and the rule that denies it otherwise.
+func (p *Policy) Check(addr netip.Addr) *DeniedError {
+	// An IPv4-mapped IPv6 address reaches the IPv4 host: the IPv4 rules apply.
+	addr = addr.WithZone("").Unmap()
+	best, found := rule{}, false
+	for _, r := range p.rules {
+		if !r.prefix.Contains(addr) {
+			continue
+		}
+		if !found || r.prefix.Bits() > best.prefix.Bits() || (r.prefix.Bits() == best.prefix.Bits() && !r.allow) {
+			best, found = r, true
+		}
+	}
+	if found && !best.allow {
+		return &DeniedError{Why: best.why}
+	}
+	return nil
+}
+
+// DeniedError is the error of a connection the endpoint policy refused.
+type DeniedError struct {
+	// Why names the rule: "loopback", "link-local", ...
+	Why string
+}
+
+func (e *DeniedError) Error() string {
+	return "the operator's endpoint policy denies connections to this address (" + e.Why + ")"
+}
+
+// dialer dials only addresses the policy allows, except the proxies the transport was
+// told to use: those are the administrator's choice, not a StorageBucket author's.
+type dialer struct {
+	policy   *Policy
+	resolver *net.Resolver
+	proxy    func(*http.Request) (*url.URL, error)
+
+	// proxies holds the host:port of every proxy the proxy function returned.
+	proxies sync.Map
+}
+
+func (d *dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	nd := &net.Dialer{KeepAlive: defaultKeepAlive, Resolver: d.resolver}
+	if _, isProxy := d.proxies.Load(address); !isProxy {
+		nd.ControlContext = func(_ context.Context, _, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return fmt.Errorf("endpoint policy: dialling %q: %w", address, err)
+			}
+			if denied := d.policy.Check(ap.Addr()); denied != nil {
+				return denied
+			}
+			return nil
+		}
+	}
+	conn, err := nd.DialContext(ctx, network, address)
+	var denied *DeniedError
+	if errors.As(err, &denied) {
+		return nil, notAllowed(address, denied)
+	}
+	return conn, err
+}
+
+// notAllowed is the failure of a connection the policy refused. It names the rule but
+// not the address a name resolved to.
+func notAllowed(target string, denied *DeniedError) *taxonomy.Failure {
+	return taxonomy.NewFailure(taxonomy.ReasonEndpointNotAllowed, denied,
+		"the operator's endpoint policy does not allow connections to %s (%s); if it is a legitimate S3 endpoint, "+
+			"the operator's administrator can allow it with --storagebucket-endpoint-allow-cidrs", target, denied.Why)
+}
+
+// proxyFor is the transport's Proxy function. For a request that goes through a proxy the
+// dialer connects to the proxy, not to the endpoint, so the endpoint is checked here:
+// an IP address is checked as it is; a name is checked when it resolves here (the proxy
+// resolves it again, by its own rules, which its administrator controls).
+func (d *dialer) proxyFor(req *http.Request) (*url.URL, error) {
+	u, err := d.proxy(req)
+	if err != nil || u == nil {
+		return u, err
+	}
+	host := req.URL.Hostname()
+	if addr, perr := netip.ParseAddr(host); perr == nil {
+		if err := d.policy.Check(addr); err != nil {
+			return nil, notAllowed(req.URL.Host, err)
+		}
+	} else if addrs, lerr := d.resolver.LookupNetIP(req.Context(), "ip", host); lerr == nil {
+		for _, a := range addrs {
+			if err := d.policy.Check(a); err != nil {
+				return nil, notAllowed(req.URL.Host, err)
+			}
+		}
+	}
+	d.proxies.Store(canonicalAddr(u), struct{}{})
+	return u, nil
+}
+
+// canonicalAddr is the host:port the transport dials for a proxy URL.
+func canonicalAddr(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		switch u.Scheme {
+		case "https":
+			port = "443"
+		case "socks5", "socks5h":
+			port = "1080"
+		default:
+			port = "80"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}

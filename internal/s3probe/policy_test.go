@@ -1,0 +1,244 @@
+package s3probe_test
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	miniogo "github.com/minio/minio-go/v7"
+
+	"github.com/phalanks/phalanks-operator/internal/s3probe"
+	"github.com/phalanks/phalanks-operator/internal/taxonomy"
+	"github.com/phalanks/phalanks-operator/test/harness/dns"
+	"github.com/phalanks/phalanks-operator/test/harness/minio"
+)
+
+func TestPolicyRules(t *testing.T) {
+	for name, tc := range map[string]struct {
+		allow, deny []string
+		allowed     []string
+		denied      []string
+	}{
+		"the built-in rules deny loopback, link-local, metadata and unspecified addresses": {
+			denied: []string{"127.0.0.1", "127.1.2.3", "::1", "169.254.169.254", "fe80::1", "0.0.0.0", "::",
+				"::ffff:127.0.0.1", "::ffff:169.254.169.254", "fd00:ec2::254", "100.100.100.200", "224.0.0.1"},
+			allowed: []string{"10.96.0.1", "192.168.1.10", "52.219.170.9", "2600:1f18::1"},
+		},
+		"an allowed prefix opens exactly itself": {
+			allow: []string{"127.0.0.1/32"}, allowed: []string{"127.0.0.1", "::ffff:127.0.0.1"}, denied: []string{"127.0.0.2", "::1"},
+		},
+		"a bare address is a one-address prefix": {
+			allow: []string{"127.0.0.1"}, allowed: []string{"127.0.0.1"}, denied: []string{"127.0.0.2"},
+		},
+		"a denied prefix closes a cluster range": {
+			deny: []string{"10.96.0.0/12"}, denied: []string{"10.96.0.1", "10.111.255.255"}, allowed: []string{"10.112.0.1"},
+		},
+		"the most specific prefix decides": {
+			allow: []string{"10.0.0.0/8"}, deny: []string{"0.0.0.0/0", "10.96.0.0/12"},
+			allowed: []string{"10.1.2.3"}, denied: []string{"8.8.8.8", "10.96.0.10", "127.0.0.1"},
+		},
+		"a deny wins a tie": {
+			allow: []string{"192.168.0.0/16"}, deny: []string{"192.168.0.0/16"}, denied: []string{"192.168.3.4"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := s3probe.NewPolicy(tc.allow, tc.deny)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range tc.allowed {
+				if d := p.Check(netip.MustParseAddr(a)); d != nil {
+					t.Errorf("%s denied (%s), want allowed", a, d.Why)
+				}
+			}
+			for _, a := range tc.denied {
+				if p.Check(netip.MustParseAddr(a)) == nil {
+					t.Errorf("%s allowed, want denied", a)
+				}
+			}
+		})
+	}
+	if _, err := s3probe.NewPolicy([]string{"10.0.0.0/33"}, nil); err == nil {
+		t.Error("an invalid prefix was accepted")
+	}
+}
+
+// countingListener accepts connections on addr, counts them and closes them.
+func countingListener(t *testing.T, addr string) (string, *atomic.Int64) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			_ = c.Close()
+		}
+	}()
+	t.Cleanup(func() { _ = l.Close() })
+	return l.Addr().String(), &n
+}
+
+func TestPolicyDeniesLoopbackBeforeConnecting(t *testing.T) {
+	addr, accepted := countingListener(t, "127.0.0.1:0")
+	p := &s3probe.Prober{Pool: &s3probe.Pool{}} // the built-in policy
+	for _, depth := range []s3probe.Depth{s3probe.DepthConnect, s3probe.DepthHeadBucket} {
+		res := p.Probe(t.Context(), s3probe.Target{Endpoint: s3probe.Endpoint{URL: "http://" + addr}, Bucket: "any-bucket",
+			Depth: depth, Timeout: 5 * time.Second})
+		if res.Failure == nil || res.Failure.Reason != taxonomy.ReasonEndpointNotAllowed || res.Failure.Check != taxonomy.CheckReachable {
+			t.Fatalf("%s: got %v, want Reachable/EndpointNotAllowed", depth, res.Failure)
+		}
+		if !strings.Contains(res.Failure.Message, "loopback") || !strings.Contains(res.Failure.Message, "--storagebucket-endpoint-allow-cidrs") {
+			t.Errorf("%s: message %q does not name the rule and the flag that opens it", depth, res.Failure.Message)
+		}
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("the denied address got %d connections", n)
+	}
+}
+
+// TestPolicyIsEnforcedOnTheDialledAddress resolves a name that answers an allowed
+// address and a denied one in turn, as a DNS rebinding attacker's name does: whatever a
+// lookup said before, only connections to the allowed address are made.
+func TestPolicyIsEnforcedOnTheDialledAddress(t *testing.T) {
+	allowed := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Connection", "close") // every probe dials (and resolves) again
+		w.WriteHeader(http.StatusForbidden)
+	}))
+	allowed.Start()
+	t.Cleanup(allowed.Close)
+	_, port, _ := net.SplitHostPort(allowed.Listener.Addr().String())
+	_, denied := countingListener(t, "127.0.0.2:"+port)
+
+	var lookups atomic.Int64
+	server, err := dns.Start(func(name string) []netip.Addr {
+		if name != "rebind.test" {
+			return nil
+		}
+		if lookups.Add(1)%2 == 1 {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+		}
+		return []netip.Addr{netip.MustParseAddr("127.0.0.2")}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(server.Stop)
+
+	p := &s3probe.Prober{Pool: &s3probe.Pool{Policy: loopbackAllowed(t), Resolver: server.Resolver()}}
+	reached, refused := 0, 0
+	for range 10 {
+		res := p.Probe(t.Context(), s3probe.Target{Endpoint: s3probe.Endpoint{URL: "http://rebind.test:" + port},
+			Bucket: "any-bucket", Depth: s3probe.DepthConnect, Timeout: 5 * time.Second})
+		switch {
+		case res.Failure == nil:
+			reached++
+		case res.Failure.Reason == taxonomy.ReasonEndpointNotAllowed:
+			refused++
+			if strings.Contains(res.Failure.Message, "127.0.0.2") {
+				t.Errorf("message %q names the address the name resolved to", res.Failure.Message)
+			}
+		default:
+			t.Fatalf("probe failed with %v", res.Failure)
+		}
+	}
+	if reached == 0 || refused == 0 {
+		t.Fatalf("reached %d, refused %d: the name did not alternate", reached, refused)
+	}
+	if n := denied.Load(); n != 0 {
+		t.Errorf("the denied address got %d connections", n)
+	}
+}
+
+// forwardProxy is an HTTP proxy for plain-HTTP requests that knows names the test's
+// resolver does not: hosts maps a requested host:port to the address it forwards to.
+func forwardProxy(t *testing.T, hosts map[string]string) (*url.URL, *atomic.Int64) {
+	t.Helper()
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		target, ok := hosts[r.URL.Host]
+		if !ok || r.Method == http.MethodConnect {
+			http.Error(w, "unknown host", http.StatusBadGateway)
+			return
+		}
+		rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", target
+			pr.Out.Host = r.Host // the requests are signed for the name the client used
+		}}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u, &requests
+}
+
+func nxdomain(t *testing.T) *net.Resolver {
+	t.Helper()
+	server, err := dns.Start(func(string) []netip.Addr { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(server.Stop)
+	return server.Resolver()
+}
+
+// TestConnectDepthAgreesWithS3RequestsBehindAProxy reaches MinIO under a name only the
+// egress proxy can resolve: every depth, Connect included, goes through the proxy.
+func TestConnectDepthAgreesWithS3RequestsBehindAProxy(t *testing.T) {
+	s3 := minio.StartForTest(t, minio.Options{})
+	if err := s3.MakeBucket(t.Context(), "proxied", miniogo.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(s3.Endpoint)
+	name := "minio.behind-proxy.test:" + port
+	proxy, requests := forwardProxy(t, map[string]string{name: s3.Endpoint})
+
+	// The built-in policy: the proxy on loopback is the administrator's, and allowed.
+	p := &s3probe.Prober{Pool: &s3probe.Pool{Proxy: http.ProxyURL(proxy), Resolver: nxdomain(t)}}
+	for _, depth := range []s3probe.Depth{s3probe.DepthConnect, s3probe.DepthHeadBucket} {
+		before := requests.Load()
+		res := p.Probe(t.Context(), s3probe.Target{
+			Endpoint: s3probe.Endpoint{URL: "http://" + name, Region: s3.Region,
+				Credentials: &s3probe.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey}},
+			Bucket: "proxied", Depth: depth, Timeout: 5 * time.Second})
+		if res.Failure != nil {
+			t.Errorf("%s: %v (cause %v)", depth, res.Failure, res.Failure.Unwrap())
+		}
+		if requests.Load() == before {
+			t.Errorf("%s did not go through the proxy", depth)
+		}
+	}
+}
+
+func TestPolicyChecksTheEndpointOfAProxiedRequest(t *testing.T) {
+	proxy, requests := forwardProxy(t, map[string]string{})
+	p := &s3probe.Prober{Pool: &s3probe.Pool{Proxy: http.ProxyURL(proxy), Resolver: nxdomain(t)}}
+	for _, endpoint := range []string{"http://169.254.169.254", "http://[::1]:" + strconv.Itoa(80)} {
+		res := p.Probe(t.Context(), s3probe.Target{Endpoint: s3probe.Endpoint{URL: endpoint}, Bucket: "any-bucket",
+			Depth: s3probe.DepthConnect, Timeout: 5 * time.Second})
+		if res.Failure == nil || res.Failure.Reason != taxonomy.ReasonEndpointNotAllowed {
+			t.Errorf("%s: got %v, want EndpointNotAllowed", endpoint, res.Failure)
+		}
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("the proxy was asked %d times for a denied endpoint", n)
+	}
+}

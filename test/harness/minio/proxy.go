@@ -1,0 +1,138 @@
+package minio
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Proxy is a plain-HTTP reverse proxy in front of a Server that can answer chosen
+// requests with an S3 error instead of forwarding them, the way an S3 implementation
+// without a feature (or a request that failed half way) answers. Requests keep the
+// Host header the client signed, so MinIO accepts their signatures.
+type Proxy struct {
+	// Endpoint is host:port; URL adds the scheme.
+	Endpoint string
+	URL      string
+
+	listener net.Listener
+	server   *http.Server
+	done     chan struct{}
+
+	mu      sync.Mutex
+	rule    func(*http.Request) *S3Error
+	observe func(*http.Request)
+	// requests counts the requests the proxy saw, forwarded or failed.
+	requests atomic.Int64
+}
+
+// S3Error is an error answer the proxy gives.
+type S3Error struct {
+	Status int
+	Code   string
+}
+
+// NotImplemented is what an endpoint without a feature answers.
+var NotImplemented = &S3Error{Status: http.StatusNotImplemented, Code: "NotImplemented"}
+
+// InternalError is what a failing endpoint answers.
+var InternalError = &S3Error{Status: http.StatusInternalServerError, Code: "InternalError"}
+
+// StartProxy starts a proxy in front of s on a free loopback port. s must serve plain HTTP.
+func (s *Server) StartProxy() (*Proxy, error) {
+	if s.opts.TLS {
+		return nil, fmt.Errorf("the proxy forwards plain HTTP only")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	target := &url.URL{Scheme: "http", Host: s.Endpoint}
+	p := &Proxy{Endpoint: l.Addr().String(), URL: "http://" + l.Addr().String(), listener: l, done: make(chan struct{})}
+	forward := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		pr.Out.Host = pr.In.Host
+	}}
+	p.server = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.requests.Add(1)
+		p.mu.Lock()
+		rule, observe := p.rule, p.observe
+		p.mu.Unlock()
+		if observe != nil {
+			observe(r)
+		}
+		if rule != nil {
+			if e := rule(r); e != nil {
+				w.Header().Set("Content-Type", "application/xml")
+				w.WriteHeader(e.Status)
+				_, _ = fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>refused by the test proxy</Message></Error>`, e.Code)
+				return
+			}
+		}
+		forward.ServeHTTP(w, r)
+	})}
+	go func() {
+		defer close(p.done)
+		_ = p.server.Serve(l)
+	}()
+	return p, nil
+}
+
+// StartProxyForTest starts a proxy and closes it when the test ends.
+func (s *Server) StartProxyForTest(t TB) *Proxy {
+	t.Helper()
+	p, err := s.StartProxy()
+	if err != nil {
+		t.Fatalf("start proxy: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Fail answers every request for which rule returns an error with that error; nil
+// forwards everything again.
+func (p *Proxy) Fail(rule func(*http.Request) *S3Error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rule = rule
+}
+
+// Observe calls fn with every request as it arrives (before it is forwarded or failed).
+func (p *Proxy) Observe(fn func(*http.Request)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.observe = fn
+}
+
+// Requests returns how many requests the proxy saw.
+func (p *Proxy) Requests() int64 { return p.requests.Load() }
+
+// Close stops the proxy.
+func (p *Proxy) Close() {
+	_ = p.server.Close()
+	<-p.done
+}
+
+// Tagging matches the bucket tagging requests of the given methods (all when none).
+func Tagging(e *S3Error, methods ...string) func(*http.Request) *S3Error {
+	return func(r *http.Request) *S3Error {
+		if _, ok := r.URL.Query()["tagging"]; !ok {
+			return nil
+		}
+		if len(methods) == 0 {
+			return e
+		}
+		for _, m := range methods {
+			if strings.EqualFold(m, r.Method) {
+				return e
+			}
+		}
+		return nil
+	}
+}
