@@ -94,7 +94,9 @@ var _ = Describe("the operator as users deploy it from config/default", Ordered,
 
 	It("converts StorageBuckets through its webhook Service and reconciles them against MinIO to Ready", func() {
 		Expect(k8s.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: "minio-credentials", Namespace: userNamespace},
+			ObjectMeta: metav1.ObjectMeta{Name: "minio-credentials", Namespace: userNamespace,
+				// The operator reads only Secrets labelled for it.
+				Labels: map[string]string{phalanksv1beta1.LabelSecretAllowed: "true"}},
 			StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": s3.SecretKey},
 		})).To(Succeed())
 		Expect(s3.MakeBucket(ctx, "observed", miniogo.MakeBucketOptions{})).To(Succeed())
