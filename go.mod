@@ -14,6 +14,7 @@ require (
 	github.com/prometheus/common v0.67.5
 	go.etcd.io/etcd/client/v3 v3.6.8
 	go.uber.org/zap v1.27.1
+	golang.org/x/crypto/x509roots/fallback v0.0.0-20261030153154-30a33513ff6d
 	golang.org/x/net v0.60.0
 	golang.org/x/time v0.14.0
 	k8s.io/api v0.36.3
