@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // Dockerfile is what ParseDockerfile reads from a Dockerfile: the image its final stage
@@ -59,7 +61,12 @@ func ParseDockerfile(root, name string, args map[string]string) (*Dockerfile, er
 	if err != nil {
 		return nil, err
 	}
-	instructions, err := splitInstructions(string(data))
+	return ParseDockerfileText(root, name, string(data), args)
+}
+
+// ParseDockerfileText is ParseDockerfile on the Dockerfile text; name is for messages.
+func ParseDockerfileText(root, name, text string, args map[string]string) (*Dockerfile, error) {
+	instructions, err := splitInstructions(text)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -483,4 +490,101 @@ func splitAnd(words []string) [][]string {
 
 func finalImage(final *dockerStage) *Dockerfile {
 	return &Dockerfile{Spec: final.spec, GoBuilds: final.goBuilds}
+}
+
+// Diff lists how the image a Dockerfile makes differs from the daemonless build of s:
+// entrypoint, command, user, environment, working directory, exposed ports, labels, the
+// files and their sources and owners, and each Go binary's build flags and environment
+// (static, for the target platform). Empty means they agree.
+func Diff(s Spec, d *Dockerfile) []string {
+	var out []string
+	differ := func(what string, want, got any) {
+		out = append(out, fmt.Sprintf("%s: daemonless build %v, %s %v", what, want, s.Dockerfile, got))
+	}
+	if !slices.Equal(s.Entrypoint, d.Spec.Entrypoint) {
+		differ("entrypoint", s.Entrypoint, d.Spec.Entrypoint)
+	}
+	if !slices.Equal(s.Cmd, d.Spec.Cmd) {
+		differ("cmd", s.Cmd, d.Spec.Cmd)
+	}
+	if s.User != d.Spec.User {
+		differ("user", s.User, d.Spec.User)
+	}
+	if !slices.Equal(s.Env, d.Spec.Env) {
+		differ("env", s.Env, d.Spec.Env)
+	}
+	if s.WorkingDir != d.Spec.WorkingDir {
+		differ("working directory", s.WorkingDir, d.Spec.WorkingDir)
+	}
+	if !slices.Equal(sorted(s.ExposedPorts), sorted(d.Spec.ExposedPorts)) {
+		differ("exposed ports", s.ExposedPorts, d.Spec.ExposedPorts)
+	}
+	for k, v := range s.Labels {
+		if got, ok := d.Spec.Labels[k]; !ok || got != v {
+			differ("label "+k, v, got)
+		}
+	}
+	for k, v := range d.Spec.Labels {
+		if _, ok := s.Labels[k]; !ok {
+			differ("label "+k, "(none)", v)
+		}
+	}
+	if len(s.Files) != len(d.Spec.Files) {
+		differ("files", describeFiles(s.Files), describeFiles(d.Spec.Files))
+		return out
+	}
+	for i, f := range s.Files {
+		g := d.Spec.Files[i]
+		if describeFile(f) != describeFile(g) {
+			differ(fmt.Sprintf("file %d", i+1), describeFile(f), describeFile(g))
+			continue
+		}
+		if f.Go != nil {
+			out = append(out, diffGoBuild(s.Dockerfile, f, d.GoBuilds[g.Path])...)
+		}
+	}
+	return out
+}
+
+func diffGoBuild(dockerfile string, f File, got DockerGoBuild) []string {
+	var out []string
+	// The daemonless build's flags: everything between "build" and "-o".
+	args := f.Go.build("", v1.Platform{OS: "linux", Architecture: "amd64"}, "out").Args()
+	want := args[1 : len(args)-3]
+	if !slices.Equal(sorted(want), sorted(got.Flags)) {
+		out = append(out, fmt.Sprintf("%s: go build flags: daemonless build %v, %s %v", f.Path, want, dockerfile, got.Flags))
+	}
+	for k, v := range map[string]string{"CGO_ENABLED": "0", "GOOS": "linux", "GOARCH": "amd64"} {
+		if got.Env[k] != v {
+			out = append(out, fmt.Sprintf("%s: go build with %s=%q in %s, want %q (static, for the target platform)", f.Path, k, got.Env[k], dockerfile, v))
+		}
+	}
+	return out
+}
+
+func describeFiles(files []File) []string {
+	out := make([]string, 0, len(files))
+	for _, f := range files {
+		out = append(out, describeFile(f))
+	}
+	return out
+}
+
+func describeFile(f File) string {
+	var src string
+	switch {
+	case f.Context != "":
+		src = "context " + path.Clean(f.Context)
+	case f.Go != nil:
+		src = fmt.Sprintf("go build of %s in %s (tags %v)", f.Go.Package, path.Clean(f.Go.Module), f.Go.Tags)
+	case f.ServeCache != "":
+		src = "serve cache of " + path.Clean(f.ServeCache)
+	}
+	return fmt.Sprintf("%s <- %s, owner %d:%d", path.Clean(f.Path), src, f.UID, f.GID)
+}
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
 }
