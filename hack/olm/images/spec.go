@@ -163,23 +163,28 @@ func ScorecardTests(p Params) Spec {
 	}
 }
 
-// Bundle is the bundle image of the bundle directory dir (relative to the root; bundle/
-// for this release): its manifests, metadata and scorecard configuration, labelled with
-// the annotations of its metadata/annotations.yaml, as bundle.Dockerfile says.
+// Bundle is the bundle image of the bundle directory dir (relative to the root: bundle/,
+// or a released bundle under hack/olm/releases): its manifests, metadata and scorecard
+// configuration, labelled with the annotations of its metadata/annotations.yaml, as
+// bundle.Dockerfile says for bundle/.
 func Bundle(p Params, dir string) (Spec, error) {
 	labels, err := bundleAnnotations(filepath.Join(p.Root, dir))
 	if err != nil {
 		return Spec{}, err
 	}
+	files := []File{
+		{Path: "/manifests", Context: filepath.Join(dir, "manifests")},
+		{Path: "/metadata", Context: filepath.Join(dir, "metadata")},
+	}
+	// Released bundles recorded before the scorecard tests shipped have none.
+	if _, err := os.Stat(filepath.Join(p.Root, dir, "tests", "scorecard")); err == nil {
+		files = append(files, File{Path: "/tests/scorecard", Context: filepath.Join(dir, "tests", "scorecard")})
+	}
 	return Spec{
 		Name:       "bundle",
 		Dockerfile: bundle.Dockerfile,
 		Platforms:  []v1.Platform{BundlePlatform},
-		Files: []File{
-			{Path: "/manifests", Context: filepath.Join(dir, "manifests")},
-			{Path: "/metadata", Context: filepath.Join(dir, "metadata")},
-			{Path: "/tests/scorecard", Context: filepath.Join(dir, "tests", "scorecard")},
-		},
+		Files:      files,
 		Env:        []string{DefaultPath},
 		WorkingDir: DefaultWorkingDir,
 		Labels:     labels,
