@@ -39,7 +39,10 @@ GO_TEST_FLAGS ?= -race -count=1 -timeout=40m
 OLM_MODULE := hack/olm
 OLM_GO_TAGS := containers_image_openpgp
 OLM := go -C $(OLM_MODULE) run -tags $(OLM_GO_TAGS) ./cmd/olm
-IMAGES_FLAGS = --layout $(IMAGE_LAYOUT) --plain-http=$(REGISTRY_PLAIN_HTTP) --version $(VERSION) --revision "$(REVISION)" \
+# The bundle directory the bundle image is built from: bundle/, or a released bundle under
+# hack/olm/releases/<version>/ (docs/olm.md, release checklist).
+BUNDLE_DIR ?= bundle
+IMAGES_FLAGS = --layout $(IMAGE_LAYOUT) --bundle-dir $(BUNDLE_DIR) --plain-http=$(REGISTRY_PLAIN_HTTP) --version $(VERSION) --revision "$(REVISION)" \
 	--image $(IMG) --bundle-image $(BUNDLE_IMG) --catalog-image $(CATALOG_IMG) --scorecard-image $(SCORECARD_TEST_IMG)
 # The OLM end-to-end test (make test-olm) is a third module: it runs hack/olm's generator.
 OLM_E2E_MODULE := test/olm
@@ -187,7 +190,7 @@ bundle: tools-for-bundle manifests ## Generate bundle/ and bundle.Dockerfile for
 		--use-image-digests=$(USE_IMAGE_DIGESTS) --plain-http=$(REGISTRY_PLAIN_HTTP)
 
 .PHONY: bundle-build
-bundle-build: ## Build the bundle image BUNDLE_IMG from bundle/ (no container runtime) into IMAGE_LAYOUT.
+bundle-build: ## Build the bundle image BUNDLE_IMG from BUNDLE_DIR (bundle/; no container runtime) into IMAGE_LAYOUT.
 	$(OLM) images build --only bundle $(IMAGES_FLAGS)
 
 .PHONY: bundle-push
@@ -216,6 +219,10 @@ scorecard-image-build: ## Build the custom scorecard test image SCORECARD_TEST_I
 .PHONY: scorecard-image-push
 scorecard-image-push: ## Push the custom scorecard test image SCORECARD_TEST_IMG from IMAGE_LAYOUT.
 	$(OLM) images push --only scorecard-tests $(IMAGES_FLAGS)
+
+.PHONY: validate-multiarch
+validate-multiarch: tools-gen ## Run operator-sdk's multiarch validator itself, with podman, on the bundle pinned to the operator image built here (needs root and podman).
+	go -C $(OLM_MODULE) test -tags podman,$(OLM_GO_TAGS) -count=1 -timeout=40m -run TestOperatorSDKMultiarchValidatorWithPodman -v ./validate/
 
 .PHONY: scorecard
 scorecard: tools-for-scorecard bundle ## Run the built-in scorecard checks on bundle/, then the custom scorecard tests against a local API server running the operator.

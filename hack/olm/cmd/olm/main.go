@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	scapiv1alpha3 "github.com/operator-framework/api/pkg/apis/scorecard/v1alpha3"
 	apimanifests "github.com/operator-framework/api/pkg/manifests"
 	"github.com/operator-framework/operator-registry/alpha/declcfg"
@@ -31,7 +30,6 @@ import (
 	"github.com/phalanks/phalanks-operator/hack/olm/catalog"
 	"github.com/phalanks/phalanks-operator/hack/olm/images"
 	"github.com/phalanks/phalanks-operator/hack/olm/scorecard"
-	"github.com/phalanks/phalanks-operator/internal/imagebuild"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
@@ -83,7 +81,7 @@ func runBundle(ctx context.Context, root string, args []string) error {
 		return err
 	}
 	if *digests {
-		pinned, err := pinByDigest(ctx, p.Image, *plainHTTP)
+		pinned, err := bundle.PinImage(ctx, p.Image, *plainHTTP)
 		if err != nil {
 			return err
 		}
@@ -113,26 +111,6 @@ func runBundle(ctx context.Context, root string, args []string) error {
 	}
 	fmt.Printf("olm: wrote %s/ and %s (%s, manager image %s)\n", bundle.Dir, bundle.Dockerfile, filepath.Join(*out, bundle.Dir), p.Image)
 	return nil
-}
-
-// pinByDigest resolves image (a tag) to the digest its registry holds, as operator-sdk's
-// generate bundle --use-image-digests does: the image must have been pushed.
-func pinByDigest(ctx context.Context, image string, plainHTTP bool) (string, error) {
-	if image == "" {
-		return "", errors.New("--use-image-digests needs --image")
-	}
-	ref, err := name.ParseReference(image)
-	if err != nil {
-		return "", fmt.Errorf("image %q: %w", image, err)
-	}
-	if _, byDigest := ref.(name.Digest); byDigest {
-		return image, nil
-	}
-	digest, err := imagebuild.Resolve(ctx, image, imagebuild.Options{Insecure: plainHTTP})
-	if err != nil {
-		return "", fmt.Errorf("%w (push it first: make docker-push)", err)
-	}
-	return ref.Context().Digest(digest.String()).String(), nil
 }
 
 func runCatalog(ctx context.Context, root string, args []string) error {
