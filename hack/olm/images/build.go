@@ -105,7 +105,7 @@ func (b *Builder) entries(ctx context.Context, f File, p v1.Platform) ([]imagebu
 			entries = []imagebuild.Entry{imagebuild.HostFile(f.Path, src, mode)}
 		}
 	case f.Go != nil:
-		bin, err := b.binary(ctx, *f.Go, p)
+		bin, err := b.binary(ctx, *f.Go, path.Base(f.Path), p)
 		if err != nil {
 			return nil, err
 		}
@@ -127,8 +127,9 @@ func (b *Builder) entries(ctx context.Context, f File, p v1.Platform) ([]imagebu
 	return entries, nil
 }
 
-// binary compiles g for p once and returns the binary's path.
-func (b *Builder) binary(ctx context.Context, g GoBinary, p v1.Platform) (string, error) {
+// binary compiles g for p once, as WorkDir/bin/<name>-<os>-<arch>, and returns the
+// binary's path.
+func (b *Builder) binary(ctx context.Context, g GoBinary, name string, p v1.Platform) (string, error) {
 	key := fmt.Sprintf("%s %s %s %s", g.Module, g.Package, strings.Join(g.Tags, ","), p)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -138,8 +139,12 @@ func (b *Builder) binary(ctx context.Context, g GoBinary, p v1.Platform) (string
 	if b.binaries == nil {
 		b.binaries = map[string]string{}
 	}
-	name := binaryNames.Replace(path.Join(g.Module, g.Package)) + "-" + strings.Join(g.Tags, "_")
 	out := filepath.Join(b.WorkDir, "bin", fmt.Sprintf("%s-%s-%s", name, p.OS, p.Architecture))
+	for other, built := range b.binaries {
+		if built == out {
+			return "", fmt.Errorf("%s and %s would both be built as %s", key, other, out)
+		}
+	}
 	build := g.build(b.Root, p, out)
 	b.logf("images: go %s (in %s)", strings.Join(build.Args(), " "), g.Module)
 	if err := build.Run(ctx); err != nil {
@@ -172,7 +177,7 @@ func HostPlatform() v1.Platform {
 // file modes, so it is built from a copy of the catalog with the modes the image gives
 // it (HostTree's), not from the checkout, whose modes follow the umask.
 func (b *Builder) serveCache(ctx context.Context, configs string) (string, error) {
-	tool, err := b.binary(ctx, servecache, HostPlatform())
+	tool, err := b.binary(ctx, servecache, "servecache", HostPlatform())
 	if err != nil {
 		return "", err
 	}
