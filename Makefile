@@ -143,15 +143,15 @@ run: tools-for-run manifests generate ## Run the manager against the current kub
 	go run . --metrics-bind-address=0 --health-probe-bind-address=:8081 --webhook-cert-dir=$(BIN)/dev-certs
 
 .PHONY: docker-build
-docker-build: ## Build the manager image IMG (linux/amd64 and arm64, no container runtime) into IMAGE_LAYOUT.
+docker-build: tools-for-docker-build ## Build the manager image IMG (linux/amd64 and arm64, no container runtime) into IMAGE_LAYOUT.
 	$(OLM) images build --only operator $(IMAGES_FLAGS)
 
 .PHONY: docker-push
-docker-push: ## Push the manager image IMG from IMAGE_LAYOUT.
+docker-push: tools-for-docker-push ## Push the manager image IMG from IMAGE_LAYOUT.
 	$(OLM) images push --only operator $(IMAGES_FLAGS)
 
 .PHONY: images
-images: ## Build the operator, scorecard-test, bundle and catalog images into IMAGE_LAYOUT (IMAGES_PUSH=true: push them).
+images: tools-for-images ## Build the operator, scorecard-test, bundle and catalog images into IMAGE_LAYOUT (IMAGES_PUSH=true: push them).
 ifeq ($(IMAGES_PUSH),true)
 	$(OLM) images build --push $(IMAGES_FLAGS)
 else
@@ -190,11 +190,11 @@ bundle: tools-for-bundle manifests ## Generate bundle/ and bundle.Dockerfile for
 		--use-image-digests=$(USE_IMAGE_DIGESTS) --plain-http=$(REGISTRY_PLAIN_HTTP)
 
 .PHONY: bundle-build
-bundle-build: ## Build the bundle image BUNDLE_IMG from BUNDLE_DIR (bundle/; no container runtime) into IMAGE_LAYOUT.
+bundle-build: tools-for-bundle-build ## Build the bundle image BUNDLE_IMG from BUNDLE_DIR (bundle/; no container runtime) into IMAGE_LAYOUT.
 	$(OLM) images build --only bundle $(IMAGES_FLAGS)
 
 .PHONY: bundle-push
-bundle-push: ## Push the bundle image BUNDLE_IMG from IMAGE_LAYOUT.
+bundle-push: tools-for-bundle-push ## Push the bundle image BUNDLE_IMG from IMAGE_LAYOUT.
 	$(OLM) images push --only bundle $(IMAGES_FLAGS)
 
 # The bundle image is rendered from a registry: a loopback one the command starts, or
@@ -205,23 +205,23 @@ catalog: tools-for-catalog bundle ## Render the bundle image (BUNDLE_IMG, by dig
 	$(OLM) catalog --bundle-image $(BUNDLE_IMG) --from "$(CATALOG_RENDER_FROM)" --plain-http=$(REGISTRY_PLAIN_HTTP)
 
 .PHONY: catalog-build
-catalog-build: ## Build the catalog image CATALOG_IMG (opm serving catalog/, no container runtime) into IMAGE_LAYOUT.
+catalog-build: tools-for-catalog-build ## Build the catalog image CATALOG_IMG (opm serving catalog/, no container runtime) into IMAGE_LAYOUT.
 	$(OLM) images build --only catalog $(IMAGES_FLAGS)
 
 .PHONY: catalog-push
-catalog-push: ## Push the catalog image CATALOG_IMG from IMAGE_LAYOUT.
+catalog-push: tools-for-catalog-push ## Push the catalog image CATALOG_IMG from IMAGE_LAYOUT.
 	$(OLM) images push --only catalog $(IMAGES_FLAGS)
 
 .PHONY: scorecard-image-build
-scorecard-image-build: ## Build the custom scorecard test image SCORECARD_TEST_IMG (no container runtime) into IMAGE_LAYOUT.
+scorecard-image-build: tools-for-scorecard-image-build ## Build the custom scorecard test image SCORECARD_TEST_IMG (no container runtime) into IMAGE_LAYOUT.
 	$(OLM) images build --only scorecard-tests $(IMAGES_FLAGS)
 
 .PHONY: scorecard-image-push
-scorecard-image-push: ## Push the custom scorecard test image SCORECARD_TEST_IMG from IMAGE_LAYOUT.
+scorecard-image-push: tools-for-scorecard-image-push ## Push the custom scorecard test image SCORECARD_TEST_IMG from IMAGE_LAYOUT.
 	$(OLM) images push --only scorecard-tests $(IMAGES_FLAGS)
 
 .PHONY: validate-multiarch
-validate-multiarch: tools-gen ## Run operator-sdk's multiarch validator itself, with podman, on the bundle pinned to the operator image built here (needs root and podman).
+validate-multiarch: tools-for-validate-multiarch ## Run operator-sdk's multiarch validator itself, with podman, on the bundle pinned to the operator image built here (needs root and podman).
 	go -C $(OLM_MODULE) test -tags podman,$(OLM_GO_TAGS) -count=1 -timeout=40m -run TestOperatorSDKMultiarchValidatorWithPodman -v ./validate/
 
 .PHONY: scorecard
@@ -253,6 +253,17 @@ TOOLS_test-e2e := $(TOOLS_demo)
 TOOLS_test-olm := gen kube kubectl kwok minio olm opm
 TOOLS_bench := kube kwok minio peers
 TOOLS_scorecard := gen kube
+TOOLS_validate-multiarch := gen
+# The image targets run hack/olm's command, which can also render the bundle (kustomize).
+TOOLS_docker-build := gen
+TOOLS_docker-push := gen
+TOOLS_images := gen
+TOOLS_bundle-build := gen
+TOOLS_bundle-push := gen
+TOOLS_catalog-build := gen
+TOOLS_catalog-push := gen
+TOOLS_scorecard-image-build := gen
+TOOLS_scorecard-image-push := gen
 
 # tools-for-<target> builds (or links from the cache) the sets of TOOLS_<target> in one
 # go, so a first run prints one plan with every set it is about to build.
