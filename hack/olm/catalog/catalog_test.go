@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/blang/semver/v4"
@@ -258,28 +257,6 @@ func TestAddHeadKeepsHistory(t *testing.T) {
 	if err := catalog.AddHead(cfg, render("1.9.0"), nil, ""); err == nil {
 		t.Error("adding a version older than the head succeeded")
 	}
-}
-
-// sameJSON compares two sets of JSON documents by content, in any order.
-func sameJSON(t *testing.T, a, b []string) bool {
-	t.Helper()
-	normalize := func(docs []string) []string {
-		out := make([]string, 0, len(docs))
-		for _, d := range docs {
-			var v any
-			if err := json.Unmarshal([]byte(d), &v); err != nil {
-				t.Fatal(err)
-			}
-			n, err := json.Marshal(v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, string(n))
-		}
-		slices.Sort(out)
-		return out
-	}
-	return slices.Equal(normalize(a), normalize(b))
 }
 
 func writeBundle(t *testing.T, in *bundle.Inputs, version string) string {

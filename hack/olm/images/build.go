@@ -230,7 +230,7 @@ func writeTree(dir string, entries []imagebuild.Entry) error {
 			if err != nil {
 				return err
 			}
-			if err := os.WriteFile(p, data, e.Mode); err != nil {
+			if err := os.WriteFile(p, data, e.Mode); err != nil { //nolint:gosec // G703: a path under the builder's work directory
 				return err
 			}
 		default:

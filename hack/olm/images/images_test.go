@@ -526,7 +526,7 @@ func requireCatalogServes(ctx context.Context, t *testing.T, root string, b *bui
 	}
 	argv = append(argv, "-p", port, "--pprof-addr=", "--termination-log="+filepath.Join(t.TempDir(), "termination-log"))
 	var log syncBuffer
-	opm := exec.Command(argv[0], argv[1:]...) //nolint:gosec // the image's own entrypoint
+	opm := exec.Command(argv[0], argv[1:]...)
 	opm.Stdout, opm.Stderr = &log, &log
 	if err := opm.Start(); err != nil {
 		t.Fatal(err)
@@ -535,7 +535,7 @@ func requireCatalogServes(ctx context.Context, t *testing.T, root string, b *bui
 	go func() { exited <- opm.Wait() }()
 	t.Cleanup(func() {
 		_ = opm.Process.Kill()
-		<-exited
+		t.Logf("opm stopped: %v", <-exited)
 	})
 
 	// OLM probes registry pods with `grpc_health_probe -addr=:50051` through PATH.
@@ -580,7 +580,7 @@ func requireCatalogServes(ctx context.Context, t *testing.T, root string, b *bui
 	if pkg.DefaultChannelName != bundle.Channel || len(pkg.Channels) != 1 || pkg.Channels[0].CsvName != catalog.Head(cfg) {
 		t.Errorf("the registry serves %+v; want channel %s headed by %s", pkg, bundle.Channel, catalog.Head(cfg))
 	}
-	served, err := client.GetBundleForChannel(ctx, &api.GetBundleInChannelRequest{PkgName: bundle.PackageName, ChannelName: bundle.Channel})
+	served, err := client.GetBundle(ctx, &api.GetBundleRequest{PkgName: bundle.PackageName, ChannelName: bundle.Channel, CsvName: catalog.Head(cfg)})
 	if err != nil {
 		t.Fatal(err)
 	}

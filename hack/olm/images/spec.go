@@ -36,10 +36,11 @@ const (
 	Source = "https://github.com/phalanks/phalanks-operator"
 	// License is the images' org.opencontainers.image.licenses (SPDX).
 	License = "Apache-2.0"
-	// DefaultPath and DefaultWorkingDir are the environment and working directory a
-	// Dockerfile build (BuildKit) gives an image built FROM scratch; the daemonless
-	// builds set the same.
-	DefaultPath       = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	// DefaultPath is the environment a Dockerfile build (BuildKit) gives an image built
+	// FROM scratch; the daemonless builds set the same.
+	DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	// DefaultWorkingDir is the working directory BuildKit gives an image built FROM
+	// scratch.
 	DefaultWorkingDir = "/"
 	// Rootfs holds the files every runnable image starts from: /etc/passwd and
 	// /etc/group naming the numeric users the images run as, and /etc/nsswitch.conf.
@@ -54,10 +55,10 @@ const (
 	catalogUID  = 1001
 	// CatalogPort is where opm serves gRPC, the port OLM's registry pods and probes use.
 	CatalogPort = "50051"
-	// CatalogConfigs and CatalogCache are where the catalog image keeps catalog/ and
-	// opm's pre-built serve cache.
+	// CatalogConfigs is where the catalog image keeps catalog/.
 	CatalogConfigs = "/configs"
-	CatalogCache   = "/tmp/cache"
+	// CatalogCache is where the catalog image keeps opm's pre-built serve cache.
+	CatalogCache = "/tmp/cache"
 	// ConfigsLabel tells opm and OLM where the catalog image keeps its catalog.
 	ConfigsLabel = "operators.operatorframework.io.index.configs.v1"
 )
@@ -193,7 +194,7 @@ func Bundle(p Params, dir string) (Spec, error) {
 
 func bundleAnnotations(dir string) (map[string]string, error) {
 	path := filepath.Join(dir, "metadata", "annotations.yaml")
-	data, err := os.ReadFile(path) //nolint:gosec // the bundle directory the caller names
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}

@@ -127,12 +127,12 @@ func MultiArch(dir string, platformsOf PlatformsOf) (Report, error) {
 		}
 	}
 	for a := range managerArchs {
-		if !slices.Contains(labelArchs, a) && !(a == "amd64" && len(managerArchs) == 1) {
+		if !slices.Contains(labelArchs, a) && (a != "amd64" || len(managerArchs) != 1) {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("multiarch: the CSV misses the label %s%s: its manager image provides it", archLabel, a))
 		}
 	}
 	for o := range managerOSes {
-		if !slices.Contains(labelOSes, o) && !(o == "linux" && len(managerOSes) == 1) {
+		if !slices.Contains(labelOSes, o) && (o != "linux" || len(managerOSes) != 1) {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("multiarch: the CSV misses the label %s%s: its manager image provides it", osLabel, o))
 		}
 	}
