@@ -6,7 +6,18 @@ IMG ?= $(IMAGE_REGISTRY)/phalanks-operator:v$(VERSION)
 BUNDLE_IMG ?= $(IMAGE_REGISTRY)/phalanks-operator-bundle:v$(VERSION)
 CATALOG_IMG ?= $(IMAGE_REGISTRY)/phalanks-operator-catalog:latest
 SCORECARD_TEST_IMG ?= $(IMAGE_REGISTRY)/phalanks-operator-scorecard-tests:v$(VERSION)
-CONTAINER_TOOL ?= docker
+# The commit the images are built from (org.opencontainers.image.revision).
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+# Images are built without a container runtime (hack/olm/images) into this OCI image
+# layout; the *-push targets push from it. IMAGES_PUSH=true makes `make images` push
+# straight to IMG, BUNDLE_IMG, CATALOG_IMG and SCORECARD_TEST_IMG instead.
+IMAGE_LAYOUT ?= $(BIN)/images
+IMAGES_PUSH ?= false
+# Plain HTTP to registries that have no TLS (loopback and private addresses always get it).
+REGISTRY_PLAIN_HTTP ?= false
+# Pin the manager image in the bundle by the digest its registry holds (operator-sdk's
+# USE_IMAGE_DIGESTS); the image must have been pushed (make docker-push).
+USE_IMAGE_DIGESTS ?= false
 
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
@@ -28,6 +39,11 @@ GO_TEST_FLAGS ?= -race -count=1 -timeout=40m
 OLM_MODULE := hack/olm
 OLM_GO_TAGS := containers_image_openpgp
 OLM := go -C $(OLM_MODULE) run -tags $(OLM_GO_TAGS) ./cmd/olm
+# The bundle directory the bundle image is built from: bundle/, or a released bundle under
+# hack/olm/releases/<version>/ (docs/olm.md, release checklist).
+BUNDLE_DIR ?= bundle
+IMAGES_FLAGS = --layout $(IMAGE_LAYOUT) --bundle-dir $(BUNDLE_DIR) --plain-http=$(REGISTRY_PLAIN_HTTP) --version $(VERSION) --revision "$(REVISION)" \
+	--image $(IMG) --bundle-image $(BUNDLE_IMG) --catalog-image $(CATALOG_IMG) --scorecard-image $(SCORECARD_TEST_IMG)
 # The OLM end-to-end test (make test-olm) is a third module: it runs hack/olm's generator.
 OLM_E2E_MODULE := test/olm
 
@@ -127,12 +143,20 @@ run: tools-for-run manifests generate ## Run the manager against the current kub
 	go run . --metrics-bind-address=0 --health-probe-bind-address=:8081 --webhook-cert-dir=$(BIN)/dev-certs
 
 .PHONY: docker-build
-docker-build: ## Build the manager image (needs a container runtime).
-	$(CONTAINER_TOOL) build -t $(IMG) .
+docker-build: tools-for-docker-build ## Build the manager image IMG (linux/amd64 and arm64, no container runtime) into IMAGE_LAYOUT.
+	$(OLM) images build --only operator $(IMAGES_FLAGS)
 
 .PHONY: docker-push
-docker-push: ## Push the manager image.
-	$(CONTAINER_TOOL) push $(IMG)
+docker-push: tools-for-docker-push ## Push the manager image IMG from IMAGE_LAYOUT.
+	$(OLM) images push --only operator $(IMAGES_FLAGS)
+
+.PHONY: images
+images: tools-for-images ## Build the operator, scorecard-test, bundle and catalog images into IMAGE_LAYOUT (IMAGES_PUSH=true: push them).
+ifeq ($(IMAGES_PUSH),true)
+	$(OLM) images build --push $(IMAGES_FLAGS)
+else
+	$(OLM) images build $(IMAGES_FLAGS)
+endif
 
 ##@ Deployment
 
@@ -161,36 +185,44 @@ undeploy: tools-for-undeploy ## Remove the kustomize deployment.
 ##@ OLM
 
 .PHONY: bundle
-bundle: tools-for-bundle manifests ## Generate bundle/ and bundle.Dockerfile for VERSION (with IMG and SCORECARD_TEST_IMG).
-	$(OLM) bundle --version $(VERSION) --image $(IMG) --scorecard-image $(SCORECARD_TEST_IMG)
+bundle: tools-for-bundle manifests ## Generate bundle/ and bundle.Dockerfile for VERSION (with IMG and SCORECARD_TEST_IMG; USE_IMAGE_DIGESTS=true pins IMG by digest).
+	$(OLM) bundle --version $(VERSION) --image $(IMG) --scorecard-image $(SCORECARD_TEST_IMG) \
+		--use-image-digests=$(USE_IMAGE_DIGESTS) --plain-http=$(REGISTRY_PLAIN_HTTP)
 
 .PHONY: bundle-build
-bundle-build: ## Build the bundle image BUNDLE_IMG (needs a container runtime).
-	$(CONTAINER_TOOL) build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
+bundle-build: tools-for-bundle-build ## Build the bundle image BUNDLE_IMG from BUNDLE_DIR (bundle/; no container runtime) into IMAGE_LAYOUT.
+	$(OLM) images build --only bundle $(IMAGES_FLAGS)
 
 .PHONY: bundle-push
-bundle-push: ## Push the bundle image.
-	$(CONTAINER_TOOL) push $(BUNDLE_IMG)
+bundle-push: tools-for-bundle-push ## Push the bundle image BUNDLE_IMG from IMAGE_LAYOUT.
+	$(OLM) images push --only bundle $(IMAGES_FLAGS)
 
+# The bundle image is rendered from a registry: a loopback one the command starts, or
+# with CATALOG_RENDER_FROM=BUNDLE_IMG the registry make bundle-push pushed it to.
+CATALOG_RENDER_FROM ?=
 .PHONY: catalog
-catalog: tools-for-catalog bundle ## Add the current bundle (as BUNDLE_IMG) as the head of the stable channel in catalog/.
-	$(OLM) catalog --bundle-image $(BUNDLE_IMG)
+catalog: tools-for-catalog bundle ## Render the bundle image (BUNDLE_IMG, by digest) from a registry as the head of the stable channel in catalog/.
+	$(OLM) catalog --bundle-image $(BUNDLE_IMG) --from "$(CATALOG_RENDER_FROM)" --plain-http=$(REGISTRY_PLAIN_HTTP)
 
 .PHONY: catalog-build
-catalog-build: ## Build the catalog image CATALOG_IMG, served by opm (needs a container runtime).
-	$(CONTAINER_TOOL) build -f catalog.Dockerfile -t $(CATALOG_IMG) .
+catalog-build: tools-for-catalog-build ## Build the catalog image CATALOG_IMG (opm serving catalog/, no container runtime) into IMAGE_LAYOUT.
+	$(OLM) images build --only catalog $(IMAGES_FLAGS)
 
 .PHONY: catalog-push
-catalog-push: ## Push the catalog image.
-	$(CONTAINER_TOOL) push $(CATALOG_IMG)
+catalog-push: tools-for-catalog-push ## Push the catalog image CATALOG_IMG from IMAGE_LAYOUT.
+	$(OLM) images push --only catalog $(IMAGES_FLAGS)
 
 .PHONY: scorecard-image-build
-scorecard-image-build: ## Build the custom scorecard test image SCORECARD_TEST_IMG (needs a container runtime).
-	$(CONTAINER_TOOL) build -f $(OLM_MODULE)/cmd/phalanks-scorecard-tests/Dockerfile -t $(SCORECARD_TEST_IMG) .
+scorecard-image-build: tools-for-scorecard-image-build ## Build the custom scorecard test image SCORECARD_TEST_IMG (no container runtime) into IMAGE_LAYOUT.
+	$(OLM) images build --only scorecard-tests $(IMAGES_FLAGS)
 
 .PHONY: scorecard-image-push
-scorecard-image-push: ## Push the custom scorecard test image.
-	$(CONTAINER_TOOL) push $(SCORECARD_TEST_IMG)
+scorecard-image-push: tools-for-scorecard-image-push ## Push the custom scorecard test image SCORECARD_TEST_IMG from IMAGE_LAYOUT.
+	$(OLM) images push --only scorecard-tests $(IMAGES_FLAGS)
+
+.PHONY: validate-multiarch
+validate-multiarch: tools-for-validate-multiarch ## Run operator-sdk's multiarch validator itself, with podman, on the bundle pinned to the operator image built here (needs root and podman).
+	go -C $(OLM_MODULE) test -tags podman,$(OLM_GO_TAGS) -count=1 -timeout=40m -run TestOperatorSDKMultiarchValidatorWithPodman -v ./validate/
 
 .PHONY: scorecard
 scorecard: tools-for-scorecard bundle ## Run the built-in scorecard checks on bundle/, then the custom scorecard tests against a local API server running the operator.
@@ -221,6 +253,17 @@ TOOLS_test-e2e := $(TOOLS_demo)
 TOOLS_test-olm := gen kube kubectl kwok minio olm opm
 TOOLS_bench := kube kwok minio peers
 TOOLS_scorecard := gen kube
+TOOLS_validate-multiarch := gen
+# The image targets run hack/olm's command, which can also render the bundle (kustomize).
+TOOLS_docker-build := gen
+TOOLS_docker-push := gen
+TOOLS_images := gen
+TOOLS_bundle-build := gen
+TOOLS_bundle-push := gen
+TOOLS_catalog-build := gen
+TOOLS_catalog-push := gen
+TOOLS_scorecard-image-build := gen
+TOOLS_scorecard-image-push := gen
 
 # tools-for-<target> builds (or links from the cache) the sets of TOOLS_<target> in one
 # go, so a first run prints one plan with every set it is about to build.

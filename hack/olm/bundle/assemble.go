@@ -99,6 +99,16 @@ func Assemble(in *Inputs, p Params) (*Bundle, error) {
 		StrategySpec: strategy,
 	}
 	csv.Spec.RelatedImages, csv.Annotations["containerImage"] = relatedImages(m.deployments)
+	labels, err := platformLabels(m.deployments)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range labels {
+		if csv.Labels == nil {
+			csv.Labels = map[string]string{}
+		}
+		csv.Labels[k] = v
+	}
 
 	owned, err := ownedCRDs(m.crds, in.Kinds)
 	if err != nil {
@@ -384,6 +394,46 @@ func permissionList(bySA map[string][]rbacv1.PolicyRule) []operatorsv1alpha1.Str
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ServiceAccountName < out[j].ServiceAccountName })
 	return out
+}
+
+// Platform labels tell OLM and OperatorHub which nodes the operator runs on
+// (operatorframework.io/arch.<arch>, os.<os>: supported); operator-sdk's multiarch
+// validator wants them to match the images and the Deployments' node affinity.
+const (
+	archLabelPrefix = "operatorframework.io/arch."
+	osLabelPrefix   = "operatorframework.io/os."
+)
+
+// platformLabels derives the CSV's platform labels from the node affinity of the manager
+// Deployments: every architecture and operating system their required node selector
+// terms allow (kubernetes.io/arch, kubernetes.io/os In […]). config/manager states the
+// platforms the manager image is built for there, so the labels, the affinity and the
+// image cannot disagree. A Deployment without such terms is an error: it would be
+// scheduled on nodes its image may not run on.
+func platformLabels(deps []*appsv1.Deployment) (map[string]string, error) {
+	labels := map[string]string{}
+	for _, d := range deps {
+		found := map[string]bool{}
+		aff := d.Spec.Template.Spec.Affinity
+		if aff != nil && aff.NodeAffinity != nil && aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+			for _, term := range aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+				for _, e := range term.MatchExpressions {
+					prefix := map[string]string{"kubernetes.io/arch": archLabelPrefix, "kubernetes.io/os": osLabelPrefix}[e.Key]
+					if prefix == "" || e.Operator != corev1.NodeSelectorOpIn {
+						continue
+					}
+					found[e.Key] = true
+					for _, v := range e.Values {
+						labels[prefix+v] = "supported"
+					}
+				}
+			}
+		}
+		if !found["kubernetes.io/arch"] || !found["kubernetes.io/os"] {
+			return nil, fmt.Errorf("deployment %s: its pod template needs a required node affinity on kubernetes.io/arch and kubernetes.io/os (In the image's platforms)", d.Name)
+		}
+	}
+	return labels, nil
 }
 
 // relatedImages lists every container image of the Deployments, and returns the manager

@@ -1,6 +1,7 @@
 package bundle_test
 
 import (
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -338,4 +339,38 @@ func writeBundle(t *testing.T, b *bundle.Bundle) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(root, bundle.Dir)
+}
+
+// TestPlatformLabelsFollowTheManagerNodeAffinity: the CSV declares exactly the
+// architectures and operating systems the manager Deployment's node affinity allows, and
+// a Deployment without such an affinity is refused.
+func TestPlatformLabelsFollowTheManagerNodeAffinity(t *testing.T) {
+	in := treeInputs(t)
+	b, err := bundle.Assemble(in, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for k, v := range b.CSV.Labels {
+		if strings.HasPrefix(k, "operatorframework.io/") {
+			got[k] = v
+		}
+	}
+	want := map[string]string{
+		"operatorframework.io/arch.amd64": "supported",
+		"operatorframework.io/arch.arm64": "supported",
+		"operatorframework.io/os.linux":   "supported",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("CSV platform labels %v, want %v", got, want)
+	}
+
+	d := findObject(in.Manifests, "Deployment", "phalanks-controller-manager")
+	if d == nil {
+		t.Fatal("no manager Deployment in the inputs")
+	}
+	unstructured.RemoveNestedField(d.Object, "spec", "template", "spec", "affinity")
+	if _, err := bundle.Assemble(in, params); err == nil || !strings.Contains(err.Error(), "node affinity") {
+		t.Errorf("a manager Deployment without node affinity: err = %v", err)
+	}
 }

@@ -1,12 +1,15 @@
 package catalog_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/blang/semver/v4"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/name"
 	apimanifests "github.com/operator-framework/api/pkg/manifests"
 	"github.com/operator-framework/operator-registry/alpha/declcfg"
 	"github.com/operator-framework/operator-registry/alpha/property"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 	"github.com/phalanks/phalanks-operator/hack/olm/catalog"
+	"github.com/phalanks/phalanks-operator/hack/olm/images"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
@@ -35,10 +39,12 @@ func TestCatalogValidates(t *testing.T) {
 	}
 }
 
-// TestCatalogHeadIsTheCurrentBundle: the channel head is bundle/ exactly as rendered now
-// (make catalog after make bundle), every release is embedded object by object, and the
-// package defaults to the stable channel.
-func TestCatalogHeadIsTheCurrentBundle(t *testing.T) {
+// TestCatalogHeadIsTheCurrentBundleImage: the channel head is the bundle image built
+// from bundle/ (its released copy once the version is released), referenced by digest,
+// exactly as `opm render --migrate-level=bundle-object-to-csv-metadata` renders it (make
+// catalog after make bundle); no entry embeds its manifests; the package defaults to the
+// stable channel.
+func TestCatalogHeadIsTheCurrentBundleImage(t *testing.T) {
 	ctx := t.Context()
 	root := repoRoot(t)
 	cfg, err := catalog.Load(ctx, catalog.PackageDir(root))
@@ -48,28 +54,105 @@ func TestCatalogHeadIsTheCurrentBundle(t *testing.T) {
 	if len(cfg.Packages) != 1 || cfg.Packages[0].Name != bundle.PackageName || cfg.Packages[0].DefaultChannel != bundle.Channel {
 		t.Fatalf("packages %+v, want %s with default channel %s", cfg.Packages, bundle.PackageName, bundle.Channel)
 	}
-	fresh, err := catalog.RenderBundle(ctx, filepath.Join(root, bundle.Dir), "")
+	current, err := apimanifests.GetBundleFromDir(filepath.Join(root, bundle.Dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	head := catalog.Head(cfg)
-	if head != fresh.Name {
-		t.Fatalf("channel head %s, bundle/ is %s: run `make catalog`", head, fresh.Name)
+	if head != current.CSV.Name {
+		t.Fatalf("channel head %s, bundle/ is %s: run `make catalog`", head, current.CSV.Name)
+	}
+	dir := bundle.Dir
+	if released := catalog.ReleaseDir(current.CSV.Spec.Version.String()); exists(filepath.Join(root, released)) {
+		dir = released
 	}
 	for _, b := range cfg.Bundles {
-		if b.Image == "" {
-			t.Errorf("%s has no bundle image reference", b.Name)
+		if catalog.EmbedsObjects(&b) {
+			t.Errorf("%s embeds its manifests (olm.bundle.object): the catalog references bundle images", b.Name)
 		}
-		if len(b.Objects) == 0 {
-			t.Errorf("%s embeds no olm.bundle.object", b.Name)
-		}
-		if b.Name != head {
-			continue
-		}
-		if !sameJSON(t, b.Objects, fresh.Objects) {
-			t.Errorf("the catalog's %s embeds other manifests than bundle/: run `make catalog`", head)
+		if b.Name == head {
+			requireBundleImage(t, root, dir, b)
 		}
 	}
+}
+
+// TestReleasesAreTheirBundleImages: every release below the head references, by digest,
+// the bundle image built from its released bundle directory, rendered as opm renders it.
+func TestReleasesAreTheirBundleImages(t *testing.T) {
+	ctx := t.Context()
+	root := repoRoot(t)
+	cfg, err := catalog.Load(ctx, catalog.PackageDir(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := catalog.Head(cfg)
+	if len(cfg.Bundles) < 2 {
+		t.Fatalf("the catalog holds %d releases; the previous release must stay in it", len(cfg.Bundles))
+	}
+	for _, b := range cfg.Bundles {
+		if b.Name == head {
+			continue
+		}
+		version, err := catalog.BundleVersion(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		requireBundleImage(t, root, catalog.ReleaseDir(version), b)
+	}
+}
+
+// requireBundleImage requires entry to name, by digest, the bundle image built from dir
+// (relative to root), and to be that image's rendering.
+func requireBundleImage(t *testing.T, root, dir string, entry declcfg.Bundle) {
+	t.Helper()
+	ref, err := name.ParseReference(entry.Image)
+	if err != nil {
+		t.Fatalf("%s: image %q: %v", entry.Name, entry.Image, err)
+	}
+	if _, ok := ref.(name.Digest); !ok {
+		t.Fatalf("%s references %s by tag, not by digest", entry.Name, entry.Image)
+	}
+	spec, err := images.Bundle(images.Params{Root: root}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := (&images.Builder{Root: root, WorkDir: t.TempDir()}).Build(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ref.Context().Digest(digest.String()).String(); entry.Image != want {
+		t.Fatalf("%s references %s; the bundle image built from %s is %s: run `make catalog`", entry.Name, entry.Image, dir, want)
+	}
+	fresh, err := catalog.RenderBundleDirAsImage(t.Context(), filepath.Join(root, dir), entry.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(asJSON(t, *fresh), asJSON(t, entry)); diff != "" {
+		t.Errorf("the catalog's %s is not the rendering of its bundle image (%s): run `make catalog` (-rendered +catalog):\n%s", entry.Name, dir, diff)
+	}
+}
+
+// asJSON is an olm.bundle as generic JSON, so property values compare by content.
+func asJSON(t *testing.T, b declcfg.Bundle) any {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := declcfg.WriteJSON(declcfg.DeclarativeConfig{Bundles: []declcfg.Bundle{b}}, &buf); err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(buf.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // TestTwoReleaseCatalogUpgradeEdge renders the current tree at two versions into a new
@@ -174,28 +257,6 @@ func TestAddHeadKeepsHistory(t *testing.T) {
 	if err := catalog.AddHead(cfg, render("1.9.0"), nil, ""); err == nil {
 		t.Error("adding a version older than the head succeeded")
 	}
-}
-
-// sameJSON compares two sets of JSON documents by content, in any order.
-func sameJSON(t *testing.T, a, b []string) bool {
-	t.Helper()
-	normalize := func(docs []string) []string {
-		out := make([]string, 0, len(docs))
-		for _, d := range docs {
-			var v any
-			if err := json.Unmarshal([]byte(d), &v); err != nil {
-				t.Fatal(err)
-			}
-			n, err := json.Marshal(v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, string(n))
-		}
-		slices.Sort(out)
-		return out
-	}
-	return slices.Equal(normalize(a), normalize(b))
 }
 
 func writeBundle(t *testing.T, in *bundle.Inputs, version string) string {

@@ -16,7 +16,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,7 +29,9 @@ import (
 )
 
 // previousRelease returns the CRDs and CSV of the release the current bundle replaces in
-// the committed catalog: that olm.bundle embeds every manifest of the released bundle.
+// the committed catalog. The catalog references that release's bundle image; the image is
+// built from the released bundle directory (catalog.ReleaseDir), which
+// catalog.TestReleasesAreTheirBundleImages proves holds exactly what the catalog names.
 func previousRelease(t *testing.T, root string, current *apimanifests.Bundle) (string, []*apiextensionsv1.CustomResourceDefinition, *operatorsv1alpha1.ClusterServiceVersion) {
 	t.Helper()
 	cfg, err := catalog.Load(t.Context(), catalog.PackageDir(root))
@@ -44,33 +45,22 @@ func previousRelease(t *testing.T, root string, current *apimanifests.Bundle) (s
 	if prevName == "" {
 		t.Fatalf("%s replaces nothing in the catalog: there is no previous release to upgrade from", current.CSV.Name)
 	}
-	var objs []*unstructured.Unstructured
+	var version string
 	for i := range cfg.Bundles {
 		if cfg.Bundles[i].Name == prevName {
-			if objs, err = catalog.Objects(&cfg.Bundles[i]); err != nil {
+			if version, err = catalog.BundleVersion(&cfg.Bundles[i]); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	var crdList []*apiextensionsv1.CustomResourceDefinition
-	var csv *operatorsv1alpha1.ClusterServiceVersion
-	for _, u := range objs {
-		switch u.GetKind() {
-		case "CustomResourceDefinition":
-			crd := &apiextensionsv1.CustomResourceDefinition{}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, crd); err != nil {
-				t.Fatal(err)
-			}
-			crdList = append(crdList, crd)
-		case operatorsv1alpha1.ClusterServiceVersionKind:
-			csv = &operatorsv1alpha1.ClusterServiceVersion{}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, csv); err != nil {
-				t.Fatal(err)
-			}
-		}
+	released, err := apimanifests.GetBundleFromDir(filepath.Join(root, catalog.ReleaseDir(version)))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if csv == nil || len(crdList) == 0 {
-		t.Fatalf("the catalog's %s embeds no CSV or no CRDs", prevName)
+	crdList := released.V1CRDs
+	csv := released.CSV
+	if csv == nil || len(crdList) == 0 || csv.Name != prevName {
+		t.Fatalf("the released bundle of %s (%s) has no CSV of that name or no CRDs", prevName, catalog.ReleaseDir(version))
 	}
 	return prevName, crdList, csv
 }

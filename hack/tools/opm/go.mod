@@ -3,6 +3,8 @@
 //
 // A set of its own, apart from hack/tools/olm: opm needs cgo (its sqlite index code links
 // mattn/go-sqlite3) and newer Kubernetes libraries than OLM v0.33.0 builds against.
+// The catalog image builds opm from this module too (static, without cgo), and its serve
+// cache with ./servecache, so both come from the same operator-registry release.
 module github.com/phalanks/phalanks-operator/hack/tools/opm
 
 go 1.26.3
@@ -10,6 +12,8 @@ go 1.26.3
 godebug default=go1.26
 
 tool github.com/operator-framework/operator-registry/cmd/opm
+
+require github.com/operator-framework/operator-registry v1.72.0
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -112,7 +116,6 @@ require (
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/opencontainers/runtime-spec v1.3.0 // indirect
 	github.com/operator-framework/api v0.44.0 // indirect
-	github.com/operator-framework/operator-registry v1.72.0 // indirect
 	github.com/otiai10/copy v1.14.1 // indirect
 	github.com/otiai10/mint v1.6.3 // indirect
 	github.com/pkg/errors v0.9.1 // indirect

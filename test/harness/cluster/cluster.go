@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -361,7 +362,12 @@ func (c *Cluster) createNodes(ctx context.Context) error {
 			ObjectMeta: metav1.ObjectMeta{
 				Name:        fmt.Sprintf("kwok-node-%d", i),
 				Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
-				Labels:      map[string]string{"type": "kwok", "kubernetes.io/hostname": fmt.Sprintf("kwok-node-%d", i)},
+				// The platform labels a kubelet sets: the operator's Deployment requires them
+				// (node affinity on the platforms its image is built for).
+				Labels: map[string]string{
+					"type": "kwok", "kubernetes.io/hostname": fmt.Sprintf("kwok-node-%d", i),
+					"kubernetes.io/arch": runtime.GOARCH, "kubernetes.io/os": runtime.GOOS,
+				},
 			},
 			Status: corev1.NodeStatus{
 				Allocatable: fakeCapacity(),
