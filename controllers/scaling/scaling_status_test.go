@@ -177,8 +177,8 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "a malformed schedule names the element and the reason and scales nothing",
-			now:  night, replicas: 3, wl: map[string]string{AnnotationDowntime: "Mon-Fri 25:00-08:00 UTC"},
-			want: want{state: stateInvalid, reasons: []string{ReasonInvalidSchedule}, note: `phalanks.io/downtime: element 1 "Mon-Fri 25:00-08:00 UTC": start "25:00": hour 25 is out of range 0-24`},
+			now:  night, replicas: 3, wl: map[string]string{AnnotationDowntime: "Mon-Fri 8:00-18:00 UTC"},
+			want: want{state: stateInvalid, reasons: []string{ReasonInvalidSchedule}, note: `phalanks.io/downtime: element 1 "Mon-Fri 8:00-18:00 UTC": start "8:00" is not HH:MM with two digits each`},
 		},
 		{
 			name: "a malformed namespace default names the namespace",
