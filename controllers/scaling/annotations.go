@@ -165,6 +165,12 @@ func (c *config) nextExclusionChange(t time.Time) time.Time {
 // zero if it never does. Each schedule's Next is exact, so the candidates are their
 // changes; one that another schedule masks is skipped.
 func (c *config) nextTransition(t time.Time) time.Time {
+	// A force that holds from now on settles it for good.
+	forever := func(s *schedule.Schedule) bool { return s.Contains(t) && s.Next(t).IsZero() }
+	never := func(s *schedule.Schedule) bool { return !s.Contains(t) && s.Next(t).IsZero() }
+	if forever(c.forceUp) || (never(c.forceUp) && forever(c.forceDown)) {
+		return time.Time{}
+	}
 	down := c.inDowntime(t)
 	x := t
 	for range maxTransitionSteps {

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -89,7 +90,7 @@ func writeThroughScale(ctx context.Context, c client.Client, obj client.Object, 
 				return err
 			}
 		}
-		if rv, err = applyScale(ctx, c, obj, rv, w.level); err != nil {
+		if rv, err = setScale(ctx, c, obj, rv, w.level); err != nil {
 			return err
 		}
 	}
@@ -110,23 +111,18 @@ func applyAnnotations(ctx context.Context, c client.Client, obj client.Object, r
 	return u.GetResourceVersion(), nil
 }
 
-// applyScale applies spec.replicas to the /scale subresource with rv as precondition
-// and returns the new resourceVersion.
-func applyScale(ctx context.Context, c client.Client, obj client.Object, rv string, replicas int32) (string, error) {
-	scale := newScale()
-	scale.SetNamespace(obj.GetNamespace())
-	scale.SetName(obj.GetName())
-	scale.SetResourceVersion(rv)
-	if err := unstructured.SetNestedField(scale.Object, int64(replicas), "spec", "replicas"); err != nil {
-		return "", err
-	}
+// setScale sets spec.replicas through the /scale subresource with rv as precondition
+// and returns the new resourceVersion. It is a merge patch, not a server-side apply:
+// the API server cannot apply to the /scale subresource of a custom resource.
+func setScale(ctx context.Context, c client.Client, obj client.Object, rv string, replicas int32) (string, error) {
+	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"replicas":%d}}`, rv, replicas)
 	parent := parentOf(obj)
-	err := c.SubResource("scale").Apply(ctx, client.ApplyConfigurationFromUnstructured(parent),
-		&client.SubResourceApplyOptions{SubResourceBody: client.ApplyConfigurationFromUnstructured(scale)},
-		client.FieldOwner(FieldManager), client.ForceOwnership)
+	scale := newScale()
+	err := c.SubResource("scale").Patch(ctx, parent, client.RawPatch(types.MergePatchType, []byte(patch)),
+		client.WithSubResourceBody(scale), client.FieldOwner(FieldManager))
 	if err != nil {
-		return "", fmt.Errorf("apply replicas %d to the scale subresource: %w", replicas, err)
+		return "", fmt.Errorf("set replicas %d through the scale subresource: %w", replicas, err)
 	}
-	// The response, a Scale, was decoded into parent; its resourceVersion is the object's.
-	return parent.GetResourceVersion(), nil
+	// The response, a Scale, carries the object's new resourceVersion.
+	return scale.GetResourceVersion(), nil
 }

@@ -2,7 +2,9 @@ package scaling
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -182,10 +184,14 @@ var jobs = &kind{
 // operator assumes no node carries it.
 const NodeSelectorScaledDown = annotationPrefix + "scaled-down"
 
+// AnnotationOriginalNodeSelector is written by the operator on a scaled-down DaemonSet:
+// the pod template's nodeSelector to restore, as JSON ({} for none).
+const AnnotationOriginalNodeSelector = annotationPrefix + "original-node-selector"
+
 var daemonSets = &kind{
 	traits: traits{name: "DaemonSet", onOff: true,
 		stopped: "moved off every node (nodeSelector " + NodeSelectorScaledDown + ", which no node has)",
-		running: "on its nodes (the operator's nodeSelector key removed)"},
+		running: "on its nodes (its own nodeSelector restored)"},
 	gvk:       appsv1.SchemeGroupVersion.WithKind("DaemonSet"),
 	resource:  "daemonsets.apps",
 	newObject: func() client.Object { return &appsv1.DaemonSet{} },
@@ -194,30 +200,74 @@ var daemonSets = &kind{
 		_, down := d.Spec.Template.Spec.NodeSelector[NodeSelectorScaledDown]
 		return runningOrStopped(down)
 	}),
-	// The operator adds and removes only its own key of the pod template's nodeSelector:
-	// server-side apply deletes a key its sole owner stops applying, so whatever else the
-	// nodeSelector holds is never touched and comes back exactly as it was.
-	write: func(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
-		ac := appsv1ac.DaemonSet(o.GetName(), o.GetNamespace()).
-			WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
-			WithAnnotations(w.annotationsFor())
-		if w.level == 0 {
-			ac.WithSpec(appsv1ac.DaemonSetSpec().WithTemplate(corev1ac.PodTemplateSpec().WithSpec(
-				corev1ac.PodSpec().WithNodeSelector(map[string]string{NodeSelectorScaledDown: "true"}))))
+	write:     writeDaemonSet,
+	transform: slimDaemonSet,
+}
+
+// writeDaemonSet moves a DaemonSet's pods off every node and back. The pod template's
+// nodeSelector is one atomic field under server-side apply, so the operator applies it
+// whole: for a downtime, the DaemonSet's own selector plus NodeSelectorScaledDown, with
+// the own selector saved first in AnnotationOriginalNodeSelector (in the same write);
+// at the restore, exactly the saved selector (none, if it had none).
+func writeDaemonSet(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
+	ds := o.(*appsv1.DaemonSet)
+	annotations := w.annotationsFor()
+	own, saved, err := savedNodeSelector(ds.Annotations)
+	if err != nil {
+		return err
+	}
+	if !saved {
+		own = maps.Clone(ds.Spec.Template.Spec.NodeSelector)
+		delete(own, NodeSelectorScaledDown)
+	}
+	selector := own
+	if w.level == 0 {
+		data, err := json.Marshal(own)
+		if err != nil {
+			return err
 		}
-		return apply(ctx, c, "nodeSelector to DaemonSet", ac)
-	},
-	transform: func(obj any) (any, error) {
-		d, ok := obj.(*appsv1.DaemonSet)
-		if !ok {
-			return obj, nil
+		if own == nil {
+			data = []byte("{}")
 		}
-		out := &appsv1.DaemonSet{ObjectMeta: slimMeta(d.ObjectMeta)}
-		if v, down := d.Spec.Template.Spec.NodeSelector[NodeSelectorScaledDown]; down {
-			out.Spec.Template.Spec.NodeSelector = map[string]string{NodeSelectorScaledDown: v}
+		annotations[AnnotationOriginalNodeSelector] = string(data)
+		selector = maps.Clone(own)
+		if selector == nil {
+			selector = map[string]string{}
 		}
-		return out, nil
-	},
+		selector[NodeSelectorScaledDown] = "true"
+	}
+	ac := appsv1ac.DaemonSet(o.GetName(), o.GetNamespace()).
+		WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
+		WithAnnotations(annotations)
+	if len(selector) > 0 {
+		ac.WithSpec(appsv1ac.DaemonSetSpec().WithTemplate(corev1ac.PodTemplateSpec().WithSpec(
+			corev1ac.PodSpec().WithNodeSelector(selector))))
+	}
+	return apply(ctx, c, "nodeSelector to DaemonSet", ac)
+}
+
+// savedNodeSelector reads AnnotationOriginalNodeSelector.
+func savedNodeSelector(annotations map[string]string) (map[string]string, bool, error) {
+	v, ok := annotations[AnnotationOriginalNodeSelector]
+	if !ok {
+		return nil, false, nil
+	}
+	var out map[string]string
+	if err := json.Unmarshal([]byte(v), &out); err != nil {
+		return nil, true, fmt.Errorf("%s is not a JSON object of strings: %w; fix or remove it", AnnotationOriginalNodeSelector, err)
+	}
+	return out, true, nil
+}
+
+func slimDaemonSet(obj any) (any, error) {
+	d, ok := obj.(*appsv1.DaemonSet)
+	if !ok {
+		return obj, nil
+	}
+	// The nodeSelector is kept whole: the write applies it whole.
+	out := &appsv1.DaemonSet{ObjectMeta: slimMeta(d.ObjectMeta)}
+	out.Spec.Template.Spec.NodeSelector = d.Spec.Template.Spec.NodeSelector
+	return out, nil
 }
 
 // horizontalPodAutoscalers are HPAs scheduled in their own right: only those with a

@@ -322,3 +322,19 @@ func TestFlagDefaultsAreValidatedAtStart(t *testing.T) {
 		t.Errorf("valid defaults: %+v, %v", p, err)
 	}
 }
+
+func TestKubeSystemAndTheOperatorsNamespaceAreExcludedByDefault(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "phalanks-system")
+	p, err := (&Options{}).newPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ns, want := range map[string]bool{"kube-system": true, "phalanks-system": true, "default": false, "team-a": false} {
+		if got := p.excluded(ns, nil); got != want {
+			t.Errorf("namespace %s excluded = %v, want %v", ns, got, want)
+		}
+	}
+	if p.excluded("team-a", map[string]string{"environment": "production"}) {
+		t.Error("with no selector, labels exclude nothing")
+	}
+}
