@@ -253,7 +253,7 @@ func (r *pdbReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		}
 	}
 	if tracked.observe(pdbKindName, req.NamespacedName, d) {
-		(&reconciler{s: r.s}).emit(ctx, pdb, d)
+		r.s.emit(ctx, pdb, d)
 	}
 	return ctrl.Result{}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -73,7 +74,7 @@ func newScaler(mgr manager.Manager, o Options, p *policy) (*scaler, error) {
 
 // setup sets up the built-in kinds named in --scaling-resources now, and leaves the
 // others to discovery once the manager runs.
-func (s *scaler) setup(ctx context.Context) error {
+func (s *scaler) setup() error {
 	for _, r := range s.opts.Resources {
 		switch i := slices.IndexFunc(builtinKinds, func(k *kind) bool { return k.resource == r }); {
 		case i >= 0:
@@ -94,7 +95,6 @@ func (s *scaler) setup(ctx context.Context) error {
 	if err := s.mgr.Add(manager.RunnableFunc(s.discover)); err != nil {
 		return fmt.Errorf("add scaling discovery: %w", err)
 	}
-	_ = ctx
 	return nil
 }
 
@@ -245,16 +245,14 @@ func (s *scaler) discover(ctx context.Context) error {
 			return nil
 		case <-recheck:
 		}
-		if err := s.checkPending(ctx, log); err != nil {
+		if err := s.checkPending(log); err != nil {
 			return err
 		}
 	}
 }
 
 // checkPending looks each pending resource up and sets up those served.
-func (s *scaler) checkPending(ctx context.Context, log interface {
-	Info(msg string, kv ...any)
-}) error {
+func (s *scaler) checkPending(log logr.Logger) error {
 	s.mu.Lock()
 	var pending []string
 	for r := range s.pending {
@@ -286,12 +284,11 @@ func (s *scaler) checkPending(ctx context.Context, log interface {
 		delete(s.pending, r)
 		s.mu.Unlock()
 	}
-	_ = ctx
 	return nil
 }
 
 // notePending logs why a resource is not scaled (yet), once per reason.
-func (s *scaler) notePending(r, why string, log interface{ Info(string, ...any) }) {
+func (s *scaler) notePending(r, why string, log logr.Logger) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.pending[r] != why {

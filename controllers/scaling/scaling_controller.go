@@ -12,7 +12,6 @@
 package scaling
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -237,5 +236,5 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
-	return s.setup(context.Background())
+	return s.setup()
 }

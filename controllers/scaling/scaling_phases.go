@@ -3,6 +3,7 @@ package scaling
 import (
 	"context"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -67,7 +68,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	countActions(k.name, d.actions, d.dryRun)
 	if tracked.observe(k.name, req.NamespacedName, d) {
-		r.emit(ctx, obj, d)
+		r.s.emit(ctx, obj, d)
 	}
 	r.wake.at(req, d.requeueAt)
 	log.V(1).Info("decided", "state", d.state, "level", in.workload.level, "next", stamp(d.requeueAt))
@@ -76,7 +77,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 func (r *reconciler) forget(req ctrl.Request) {
 	tracked.forget(r.kind.name, req.NamespacedName)
-	r.wake.at(req, timeZero)
+	r.wake.at(req, time.Time{})
 }
 
 // gather reads what a decision needs: the object and its level, the layers of
@@ -170,7 +171,7 @@ func (r *reconciler) writeAutoscaler(ctx context.Context, obj client.Object, h *
 }
 
 // emit logs the decision's events and records them on the object.
-func (r *reconciler) emit(ctx context.Context, obj client.Object, d decision) {
+func (s *scaler) emit(ctx context.Context, obj client.Object, d decision) {
 	log := ctrl.LoggerFrom(ctx)
 	for _, e := range d.events {
 		note := e.note
@@ -182,7 +183,7 @@ func (r *reconciler) emit(ctx context.Context, obj client.Object, d decision) {
 			typ = corev1.EventTypeWarning
 		}
 		log.Info(note, "reason", e.reason, "state", d.state)
-		r.s.recorder.Eventf(obj, nil, typ, e.reason, e.action, "%s", truncate(note, maxNote))
+		s.recorder.Eventf(obj, nil, typ, e.reason, e.action, "%s", truncate(note, maxNote))
 	}
 }
 
