@@ -215,7 +215,8 @@ func managerOptions(cfg config) manager.Options {
 		RetryPeriod:                   &cfg.retryPeriod,
 		GracefulShutdownTimeout:       &cfg.shutdownTimeout,
 		// Nothing reads managedFields from the cache; dropping them saves memory and copies.
-		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		// Deployments: only those Foos created (scheduled scaling has its own slim cache).
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: foo.CacheByObject()},
 	}
 }
 

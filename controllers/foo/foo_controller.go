@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -68,16 +70,30 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 // +kubebuilder:rbac:groups=phalanks.io,resources=foos/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch
 
-// SetupWithManager registers the Foo controller with the manager.
+// CacheByObject is the manager cache configuration the Foo controller needs: its
+// Deployment watch holds only the Deployments Foos created (they carry LabelOwned), not
+// every Deployment in the cluster. Reads of other Deployments by name, to tell a taken
+// name from a missing one, go to the API server (see ensureDeployment). The manager
+// cache is therefore the wrong place for another controller to read Deployments from;
+// scheduled scaling keeps a slim cache of its own.
+func CacheByObject() map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&appsv1.Deployment{}: {Label: labels.SelectorFromSet(labels.Set{LabelOwned: labelOwnedValue})},
+	}
+}
+
+// SetupWithManager registers the Foo controller with the manager. Configure the
+// manager's cache with CacheByObject, or its Deployment watch holds every Deployment.
 func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	clk := o.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
 	r := &reconciler{
-		client:   mgr.GetClient(),
-		recorder: mgr.GetEventRecorder(eventReporter),
-		clock:    clk,
+		client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		recorder:  mgr.GetEventRecorder(eventReporter),
+		clock:     clk,
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(controllerName).
@@ -112,9 +128,11 @@ func newRateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 
 // reconciler drives a Foo's Deployment to its spec and reports it in the Foo's status.
 type reconciler struct {
-	client   client.Client
-	recorder events.EventRecorder
-	clock    clock.PassiveClock
+	client client.Client
+	// apiReader reads around the cache, which holds only the Deployments Foos created.
+	apiReader client.Reader
+	recorder  events.EventRecorder
+	clock     clock.PassiveClock
 }
 
 // Reconcile makes sure the Foo's Deployment exists, is ours and has the Foo's replicas
@@ -132,37 +150,51 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return r.reconcileFoo(ctx, foo)
 }
 
-// reconcileFoo runs one pass over a Foo read from the cache.
+// reconcileFoo runs one pass over a Foo read from the cache: sync the Deployment, write
+// the status the pass concluded (once, and only if it changed), then record the events.
 func (r *reconciler) reconcileFoo(ctx context.Context, foo *phalanksv1alpha1.Foo) (ctrl.Result, error) {
-	if err := validateSpec(&foo.Spec); err != nil {
-		r.recorder.Eventf(foo, nil, corev1.EventTypeWarning, ReasonInvalidSpec, actionSync, "%s", err.Error())
-		if werr := r.writeStatus(ctx, foo, observation{invalidSpec: err}); werr != nil {
-			return ctrl.Result{}, werr
+	obs, passErr := r.sync(ctx, foo)
+	if obs.concluded() {
+		if err := r.writeStatus(ctx, foo, obs); err != nil {
+			// Retried as a whole; the events come with the pass that stores its status.
+			return ctrl.Result{}, err
 		}
-		// Retrying cannot help; the next edit of the Foo queues it again.
-		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
+	r.recordEvents(foo, obs)
+	return ctrl.Result{}, passErr
+}
 
+// sync validates the spec and drives the Deployment to it. It returns what the pass
+// observed, and the error the pass ends with: terminal for an invalid spec (retrying
+// cannot help; the next edit of the Foo queues it again), a plain one for a name taken
+// by another Deployment (sample-controller retries with backoff until it is removed or
+// handed over) and for API errors (the observation is then empty).
+func (r *reconciler) sync(ctx context.Context, foo *phalanksv1alpha1.Foo) (observation, error) {
+	if err := validateSpec(&foo.Spec); err != nil {
+		return observation{invalidSpec: err}, reconcile.TerminalError(err)
+	}
 	dep, err := r.ensureDeployment(ctx, foo)
 	var notOwned *notControlledError
 	switch {
 	case errors.As(err, &notOwned):
-		r.recorder.Eventf(foo, nil, corev1.EventTypeWarning, ReasonResourceExists, actionSync, MessageResourceExists, notOwned.name)
-		if werr := r.writeStatus(ctx, foo, observation{notControlled: notOwned}); werr != nil {
-			return ctrl.Result{}, werr
-		}
-		// An error, not a terminal one: sample-controller retries with backoff until
-		// the Deployment is removed or handed over.
-		return ctrl.Result{}, notOwned
+		return observation{notControlled: notOwned}, notOwned
 	case err != nil:
-		return ctrl.Result{}, err
+		return observation{}, err
 	}
+	return observation{deployment: dep}, nil
+}
 
-	if err := r.writeStatus(ctx, foo, observation{deployment: dep}); err != nil {
-		return ctrl.Result{}, err
+// recordEvents records what the pass concluded: sample-controller's Synced after a
+// successful pass, a Warning for a spec or name it cannot act on.
+func (r *reconciler) recordEvents(foo *phalanksv1alpha1.Foo, obs observation) {
+	switch {
+	case obs.invalidSpec != nil:
+		r.recorder.Eventf(foo, nil, corev1.EventTypeWarning, ReasonInvalidSpec, actionSync, "%s", obs.invalidSpec.Error())
+	case obs.notControlled != nil:
+		r.recorder.Eventf(foo, nil, corev1.EventTypeWarning, ReasonResourceExists, actionSync, MessageResourceExists, obs.notControlled.name)
+	case obs.deployment != nil:
+		r.recorder.Eventf(foo, nil, corev1.EventTypeNormal, ReasonSynced, actionSync, MessageResourceSynced)
 	}
-	r.recorder.Eventf(foo, nil, corev1.EventTypeNormal, ReasonSynced, actionSync, MessageResourceSynced)
-	return ctrl.Result{}, nil
 }
 
 // writeStatus computes the status for what the pass observed and writes it when it

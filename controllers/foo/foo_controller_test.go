@@ -131,7 +131,8 @@ var _ = Describe("Foo controller", func() {
 	It("reports a Deployment it does not control, retries, and leaves it alone (TestNotControlledByUs)", func() {
 		foo := createFoo("test", 1)
 		dep := newDeployment(foo)
-		dep.OwnerReferences = nil
+		// Another's Deployment: no owner reference, and not the label Foos' Deployments carry.
+		dep.OwnerReferences, dep.Labels = nil, nil
 		dep.Spec.Replicas = ptr.To[int32](3)
 		Expect(env.Client.Create(ctx, dep)).To(Succeed())
 		startManager(ns)
@@ -191,6 +192,48 @@ var _ = Describe("Foo controller", func() {
 		Expect(env.Client.Delete(ctx, first)).To(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(getDeployment(g, "test-deployment").UID).NotTo(Equal(first.UID))
+		}).Should(Succeed())
+	})
+
+	It("watches only the Deployments Foos created, not every Deployment in the cluster", func() {
+		createFoo("test", 1)
+		other := newDeployment(createFoo("other", 1))
+		other.Name, other.OwnerReferences, other.Labels = "unrelated", nil, nil
+		Expect(env.Client.Create(ctx, other)).To(Succeed())
+		mgr := startManager(ns)
+		expectSynced("test", 0)
+
+		var cached appsv1.DeploymentList
+		Expect(mgr.GetCache().List(ctx, &cached, client.InNamespace(ns))).To(Succeed())
+		var names []string
+		for _, d := range cached.Items {
+			names = append(names, d.Name)
+		}
+		Expect(names).To(ConsistOf("test-deployment", "other-deployment"))
+		Expect(cached.Items).To(HaveEach(HaveField("Labels", HaveKeyWithValue(LabelOwned, "true"))))
+	})
+
+	It("labels a Deployment it controls that lacks the label, and then follows it", func() {
+		foo := createFoo("test", 2)
+		dep := newDeployment(foo)
+		delete(dep.Labels, LabelOwned)
+		dep.Spec.Replicas = ptr.To[int32](2)
+		Expect(env.Client.Create(ctx, dep)).To(Succeed())
+		startManager(ns)
+
+		Eventually(func(g Gomega) {
+			g.Expect(getDeployment(g, "test-deployment").Labels).To(HaveKeyWithValue(LabelOwned, "true"))
+		}).Should(Succeed())
+		expectSynced("test", 0)
+
+		By("queueing the Foo on changes to that Deployment from then on")
+		Eventually(func(g Gomega) {
+			live := getDeployment(g, "test-deployment")
+			live.Status = appsv1.DeploymentStatus{ObservedGeneration: live.Generation, Replicas: 2, ReadyReplicas: 2, AvailableReplicas: 2}
+			g.Expect(env.Client.Status().Update(ctx, live)).To(Succeed())
+		}).Should(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(getFoo(g, "test").Status.AvailableReplicas).To(BeEquivalentTo(2))
 		}).Should(Succeed())
 	})
 

@@ -23,6 +23,11 @@ const (
 	defaultImage = "nginx:latest"
 	// appLabel is the value of the app label on the Deployment's selector and pods.
 	appLabel = "nginx"
+
+	// LabelOwned marks the Deployments Foos create, so the controller's watch can hold
+	// those alone (see CacheByObject).
+	LabelOwned      = "phalanks.io/foo-deployment"
+	labelOwnedValue = "true"
 )
 
 // notControlledError reports a Deployment of the Foo's deploymentName that the Foo does
@@ -41,19 +46,32 @@ func validateSpec(spec *phalanksv1alpha1.FooSpec) error {
 }
 
 // ensureDeployment returns the Foo's Deployment after creating it when it is missing, or
-// updating its replicas and image when they differ from the Foo's. A Deployment of that
-// name that the Foo does not control is left alone and reported as a notControlledError.
+// updating its replicas, image and LabelOwned when they differ from the Foo's. A
+// Deployment of that name that the Foo does not control is left alone and reported as a
+// notControlledError.
+//
+// The cache holds only Deployments that carry LabelOwned, so a miss there is a missing
+// Deployment, one of another owner, or one of ours without the label (created by an
+// older release, or the label removed by hand). The create tells them apart: when the
+// name is taken, the Deployment is read from the API server.
 func (r *reconciler) ensureDeployment(ctx context.Context, foo *phalanksv1alpha1.Foo) (*appsv1.Deployment, error) {
+	key := types.NamespacedName{Namespace: foo.Namespace, Name: foo.Spec.DeploymentName}
 	dep := &appsv1.Deployment{}
-	err := r.client.Get(ctx, types.NamespacedName{Namespace: foo.Namespace, Name: foo.Spec.DeploymentName}, dep)
+	err := r.client.Get(ctx, key, dep)
 	switch {
 	case apierrors.IsNotFound(err):
-		dep = newDeployment(foo)
-		// AlreadyExists means the cache is behind; the retry reads it again.
-		if err := r.client.Create(ctx, dep, fieldOwner); err != nil {
+		created := newDeployment(foo)
+		err := r.client.Create(ctx, created, fieldOwner)
+		if err == nil {
+			return created, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("create deployment: %w", err)
 		}
-		return dep, nil
+		if err := r.apiReader.Get(ctx, key, dep); err != nil {
+			// Gone again in the meantime: the retry creates it.
+			return nil, fmt.Errorf("get deployment: %w", err)
+		}
 	case err != nil:
 		return nil, fmt.Errorf("get deployment: %w", err)
 	}
@@ -64,9 +82,9 @@ func (r *reconciler) ensureDeployment(ctx context.Context, foo *phalanksv1alpha1
 	if !changed {
 		return dep, nil
 	}
-	// A strategic merge patch carries only the replicas and our container's image, so
-	// fields other actors set (annotations, other containers) survive; the optimistic
-	// lock turns a decision made on a stale cache into a conflict and a retry.
+	// A strategic merge patch carries only the replicas, our container's image and our
+	// label, so fields other actors set (annotations, other containers) survive; the
+	// optimistic lock turns a decision made on a stale cache into a conflict and a retry.
 	patch := client.StrategicMergeFrom(dep, client.MergeFromWithOptimisticLock{})
 	if err := r.client.Patch(ctx, updated, patch, fieldOwner); err != nil {
 		return nil, fmt.Errorf("update deployment: %w", err)
@@ -90,6 +108,7 @@ func newDeployment(foo *phalanksv1alpha1.Foo) *appsv1.Deployment {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      foo.Spec.DeploymentName,
 			Namespace: foo.Namespace,
+			Labels:    map[string]string{LabelOwned: labelOwnedValue},
 			OwnerReferences: []metav1.OwnerReference{
 				*metav1.NewControllerRef(foo, phalanksv1alpha1.GroupVersion.WithKind("Foo")),
 			},
@@ -107,11 +126,19 @@ func newDeployment(foo *phalanksv1alpha1.Foo) *appsv1.Deployment {
 	}
 }
 
-// withFooSpec returns a copy of dep with the Foo's replicas (when the Foo sets them) and
-// image (on our container, when it is still there), and whether anything changed.
+// withFooSpec returns a copy of dep with the Foo's replicas (when the Foo sets them),
+// image (on our container, when it is still there) and LabelOwned, and whether anything
+// changed.
 func withFooSpec(dep *appsv1.Deployment, foo *phalanksv1alpha1.Foo) (*appsv1.Deployment, bool) {
 	out := dep.DeepCopy()
 	changed := false
+	if out.Labels[LabelOwned] != labelOwnedValue {
+		if out.Labels == nil {
+			out.Labels = map[string]string{}
+		}
+		out.Labels[LabelOwned] = labelOwnedValue
+		changed = true
+	}
 	if want := foo.Spec.Replicas; want != nil && ptr.Deref(out.Spec.Replicas, 1) != *want {
 		out.Spec.Replicas = ptr.To(*want)
 		changed = true

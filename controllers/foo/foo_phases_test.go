@@ -93,6 +93,10 @@ func TestWithFooSpec(t *testing.T) {
 			existing(1, corev1.Container{Name: "nginx", Image: "nginx:1.25"}, sidecar), testFoo(ptr.To[int32](1), "nginx:1.27"), true, 1,
 			[]corev1.Container{{Name: "nginx", Image: "nginx:1.27"}, sidecar},
 		},
+		"labels a Deployment of the Foo that lacks the owned label": {
+			func() *appsv1.Deployment { d := existing(2); d.Labels = nil; return d }(), testFoo(ptr.To[int32](2), "nginx:latest"), true, 2,
+			[]corev1.Container{{Name: "nginx", Image: "nginx:latest"}},
+		},
 		"adds no container when the nginx container was renamed": {
 			existing(1, corev1.Container{Name: "web", Image: "nginx:1.25"}), testFoo(ptr.To[int32](1), "nginx:1.27"), false, 1,
 			[]corev1.Container{{Name: "web", Image: "nginx:1.25"}},
@@ -109,6 +113,9 @@ func TestWithFooSpec(t *testing.T) {
 			}
 			if !apiequality.Semantic.DeepEqual(got.Spec.Template.Spec.Containers, tc.containers) {
 				t.Errorf("containers %+v, want %+v", got.Spec.Template.Spec.Containers, tc.containers)
+			}
+			if got.Labels[LabelOwned] != "true" {
+				t.Errorf("labels %v, want %s=true", got.Labels, LabelOwned)
 			}
 			if !apiequality.Semantic.DeepEqual(tc.dep, before) {
 				t.Error("withFooSpec modified the Deployment it was given")

@@ -62,6 +62,12 @@ type observation struct {
 	invalidSpec   error
 }
 
+// concluded reports whether the pass learned anything to report; a pass cut short by an
+// API error did not, and leaves the status as it is.
+func (o observation) concluded() bool {
+	return o.deployment != nil || o.notControlled != nil || o.invalidSpec != nil
+}
+
 // computeStatus returns the Foo's status for what the pass observed, and whether it
 // differs from the Foo's current status. availableReplicas and observedGeneration move
 // only when the Deployment is synced; Ready always describes the pass.

@@ -63,7 +63,7 @@ func newNamespace(ctx context.Context) string {
 // controller registered, not yet started.
 func newManager(namespace string) manager.Manager {
 	opts := env.ManagerOptions()
-	opts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}}
+	opts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}, ByObject: CacheByObject()}
 	// Every spec runs its own manager and controller named "foo".
 	opts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
 	mgr, err := manager.New(env.Config, opts)
@@ -73,7 +73,7 @@ func newManager(namespace string) manager.Manager {
 }
 
 // startManager runs the Foo controller for namespace until the spec ends.
-func startManager(namespace string) {
+func startManager(namespace string) manager.Manager {
 	mgr := newManager(namespace)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -86,6 +86,7 @@ func startManager(namespace string) {
 		cancel()
 		Eventually(done).Should(BeClosed())
 	})
+	return mgr
 }
 
 // fooEvents lists the events.k8s.io Events regarding the named Foo.

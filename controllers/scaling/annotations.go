@@ -10,7 +10,7 @@ import (
 	"github.com/phalanks/phalanks-operator/internal/schedule"
 )
 
-// Annotations on Deployments, StatefulSets and (as defaults) Namespaces.
+// Annotations on the objects the operator scales and (as defaults) on Namespaces.
 const (
 	annotationPrefix = "phalanks.io/"
 
@@ -23,28 +23,56 @@ const (
 	AnnotationDowntimeReplicas = annotationPrefix + "downtime-replicas"
 	// AnnotationUptimeReplicas, if set, is restored at scale up instead of the saved count.
 	AnnotationUptimeReplicas = annotationPrefix + "uptime-replicas"
-	// AnnotationExclude "true" keeps the workload out of scheduled scaling.
+	// AnnotationExclude is a schedule (true, false, always, a window...) during which the
+	// workload is kept out of scheduled scaling.
 	AnnotationExclude = annotationPrefix + "exclude"
 	// AnnotationExcludeUntil keeps the workload out of scheduled scaling until an RFC 3339 time.
 	AnnotationExcludeUntil = annotationPrefix + "exclude-until"
+	// AnnotationForceUptime is a schedule (or true) during which the workload runs,
+	// whatever uptime and downtime say.
+	AnnotationForceUptime = annotationPrefix + "force-uptime"
+	// AnnotationForceDowntime is a schedule (or true) during which the workload is scaled
+	// down, whatever uptime and downtime say. force-uptime wins where both apply.
+	AnnotationForceDowntime = annotationPrefix + "force-downtime"
+	// AnnotationGracePeriod is how long a new workload runs before its first scale-down:
+	// a duration such as 30m, or whole seconds. It replaces --scaling-grace-period.
+	AnnotationGracePeriod = annotationPrefix + "grace-period"
+	// AnnotationDryRun "true" records what would be done for the workload and writes
+	// nothing (as --scaling-dry-run does for all of them).
+	AnnotationDryRun = annotationPrefix + "dry-run"
 
-	// AnnotationOriginalReplicas is written by the operator: the count to restore.
+	// AnnotationOriginalReplicas is written by the operator: the count to restore (for
+	// kinds that run or stop, 1: it ran).
 	AnnotationOriginalReplicas = annotationPrefix + "original-replicas"
 	// AnnotationOriginalMinReplicas is written by the operator on a HorizontalPodAutoscaler
-	// whose minReplicas it lowered: the value to restore.
+	// whose minReplicas it lowered for the workload it targets: the value to restore.
 	AnnotationOriginalMinReplicas = annotationPrefix + "original-min-replicas"
 	// AnnotationNextTransition is written by the operator when it acts: the RFC 3339
 	// time of the next scheduled change.
 	AnnotationNextTransition = annotationPrefix + "next-transition"
 )
 
-// The annotations that decide a workload's schedule, and those that exclude it. A
-// workload that sets any annotation of a group takes none of that group from its
-// Namespace, so a schedule is never half the workload's and half the Namespace's.
+// The annotations come in groups. Each group is taken whole from the first place that
+// sets any key of it: the object, then (for a ScaledObject) the workload it scales, then
+// its Namespace, then the operator's defaults. A schedule is therefore never half the
+// workload's and half the Namespace's.
 var (
 	scheduleGroup  = []string{AnnotationUptime, AnnotationDowntime, AnnotationDowntimeReplicas, AnnotationUptimeReplicas}
 	exclusionGroup = []string{AnnotationExclude, AnnotationExcludeUntil}
+	forceGroup     = []string{AnnotationForceUptime, AnnotationForceDowntime}
+	graceGroup     = []string{AnnotationGracePeriod}
+	dryRunGroup    = []string{AnnotationDryRun}
+	// userKeys are every key a user sets.
+	userKeys = concat(scheduleGroup, exclusionGroup, forceGroup, graceGroup, dryRunGroup)
 )
+
+func concat(groups ...[]string) []string {
+	var out []string
+	for _, g := range groups {
+		out = append(out, g...)
+	}
+	return out
+}
 
 // inScope reports whether annotations mention scheduled scaling at all.
 func inScope(annotations map[string]string) bool {
@@ -57,9 +85,10 @@ func inScope(annotations map[string]string) bool {
 }
 
 // namespaceInScope reports whether a Namespace's annotations give defaults.
-func namespaceInScope(annotations map[string]string) bool {
-	return hasAny(annotations, scheduleGroup) || hasAny(annotations, exclusionGroup)
-}
+func namespaceInScope(annotations map[string]string) bool { return hasAny(annotations, userKeys) }
+
+// ownSchedule reports whether an object sets a schedule of its own.
+func ownSchedule(annotations map[string]string) bool { return hasAny(annotations, scheduleGroup) }
 
 func hasAny(annotations map[string]string, keys []string) bool {
 	for _, k := range keys {
@@ -70,38 +99,82 @@ func hasAny(annotations map[string]string, keys []string) bool {
 	return false
 }
 
-// config is a workload's resolved scheduling configuration.
-type config struct {
-	uptime, downtime *schedule.Schedule
-	downtimeReplicas int32
-	uptimeReplicas   *int32
-	exclude          bool
-	excludeUntil     time.Time
-	// from names where the schedule came from, for messages.
-	from string
+// layer is one place annotations are read from, in order of precedence.
+type layer struct {
+	// source names it in messages: empty for the object itself, "namespace team-a",
+	// "Deployment web" (the workload a ScaledObject scales), "operator defaults".
+	source      string
+	annotations map[string]string
 }
 
-// maxTransitionSteps bounds the search for the next change of uptime and downtime
-// together; each step is a change of one of them, so real schedules need a handful.
+func (l layer) prefix() string {
+	if l.source == "" {
+		return ""
+	}
+	return l.source + " "
+}
+
+// config is an object's resolved scheduling configuration.
+type config struct {
+	uptime, downtime   *schedule.Schedule
+	forceUp, forceDown *schedule.Schedule
+	exclude            *schedule.Schedule
+	excludeUntil       time.Time
+	downtimeReplicas   int32
+	uptimeReplicas     *int32
+	grace              *time.Duration
+	dryRun             bool
+	// from names where the schedule came from, for messages.
+	from string
+	// warnings say how schedule elements the strict grammar rejects were read.
+	warnings []string
+}
+
+// maxTransitionSteps bounds the search for the next change of the schedules together;
+// each step is a change of one of them, so real schedules need a handful.
 const maxTransitionSteps = 1000
 
-func (c *config) scheduled() bool { return c.uptime != nil || c.downtime != nil }
+func (c *config) scheduled() bool {
+	return c.uptime != nil || c.downtime != nil || c.forceUp != nil || c.forceDown != nil
+}
 
-// inDowntime: downtime wins over uptime, and outside an uptime schedule is downtime.
+// inDowntime: force-uptime wins, then force-downtime; of the rest, downtime wins over
+// uptime, and outside an uptime schedule is downtime.
 func (c *config) inDowntime(t time.Time) bool {
+	switch {
+	case c.forceUp.Contains(t):
+		return false
+	case c.forceDown.Contains(t):
+		return true
+	}
 	return c.downtime.Contains(t) || (c.uptime != nil && !c.uptime.Contains(t))
 }
 
-func (c *config) excluded(t time.Time) bool { return c.exclude || t.Before(c.excludeUntil) }
+func (c *config) excluded(t time.Time) bool { return c.exclude.Contains(t) || t.Before(c.excludeUntil) }
+
+// nextExclusionChange is when excluded may change next; zero if never.
+func (c *config) nextExclusionChange(t time.Time) time.Time {
+	var until time.Time
+	if c.excludeUntil.After(t) {
+		until = c.excludeUntil
+	}
+	return earliest(c.exclude.Next(t), until)
+}
 
 // nextTransition returns the first instant after t at which inDowntime changes, or
 // zero if it never does. Each schedule's Next is exact, so the candidates are their
-// changes; one that the other schedule masks is skipped.
+// changes; one that another schedule masks is skipped.
 func (c *config) nextTransition(t time.Time) time.Time {
+	// A force that holds from now on settles it for good.
+	forever := func(s *schedule.Schedule) bool { return s.Contains(t) && s.Next(t).IsZero() }
+	never := func(s *schedule.Schedule) bool { return !s.Contains(t) && s.Next(t).IsZero() }
+	if forever(c.forceUp) || (never(c.forceUp) && forever(c.forceDown)) {
+		return time.Time{}
+	}
 	down := c.inDowntime(t)
 	x := t
 	for range maxTransitionSteps {
-		u := earliest(c.uptime.Next(x), c.downtime.Next(x))
+		u := earliest(earliest(c.uptime.Next(x), c.downtime.Next(x)), earliest(c.forceUp.Next(x), c.forceDown.Next(x)))
 		if u.IsZero() || c.inDowntime(u) != down {
 			return u
 		}
@@ -121,83 +194,135 @@ func earliest(a, b time.Time) time.Time {
 	}
 }
 
-// resolve reads the workload's annotations, falling back group by group to its
-// Namespace's. It validates everything it reads and reports every problem.
-func resolve(workload, namespace map[string]string, namespaceName string, d schedule.Defaults) (config, error) {
+// resolver reads one object's configuration from its layers, collecting every problem.
+type resolver struct {
+	defaults schedule.Defaults
+	problems []string
+	warnings []string
+}
+
+func (r *resolver) fail(l layer, key, reason string) {
+	r.problems = append(r.problems, l.prefix()+key+": "+reason)
+}
+
+// schedule parses a schedule annotation; "false" and "never" give nil, which contains
+// nothing and never changes.
+func (r *resolver) schedule(l layer, key string) *schedule.Schedule {
+	spec, ok := l.annotations[key]
+	if !ok {
+		return nil
+	}
+	switch strings.ToLower(strings.TrimSpace(spec)) {
+	case "false", "never":
+		return nil
+	}
+	s, err := schedule.Parse(spec, r.defaults)
+	if err != nil {
+		r.fail(l, key, err.Error())
+		return nil
+	}
+	for _, w := range s.Warnings() {
+		r.warnings = append(r.warnings, l.prefix()+key+": "+w)
+	}
+	return s
+}
+
+// pick returns the first layer that sets any key of group.
+func pick(layers []layer, group []string) (layer, bool) {
+	for _, l := range layers {
+		if hasAny(l.annotations, group) {
+			return l, true
+		}
+	}
+	return layer{}, false
+}
+
+// resolve reads the configuration from layers (the object's own first), group by group.
+// With ownScheduleOnly, the schedule group comes from the object alone. It validates
+// everything it reads and reports every problem.
+func resolve(layers []layer, d schedule.Defaults, ownScheduleOnly bool) (config, error) {
 	var c config
-	var problems []string
-	fail := func(source, key, reason string) {
-		problems = append(problems, source+key+": "+reason)
-	}
+	r := &resolver{defaults: d}
 
-	sched, source := workload, ""
-	if !hasAny(workload, scheduleGroup) {
-		sched, source = namespace, "namespace "+namespaceName+" "
+	scheduleLayers := layers
+	if ownScheduleOnly && len(layers) > 0 {
+		scheduleLayers = layers[:1]
 	}
-	c.from = strings.TrimSpace(source)
-	if c.from == "" {
-		c.from = "workload"
-	}
-	for _, a := range []struct {
-		key    string
-		target **schedule.Schedule
-	}{{AnnotationUptime, &c.uptime}, {AnnotationDowntime, &c.downtime}} {
-		spec, ok := sched[a.key]
-		if !ok {
-			continue
+	if l, ok := pick(scheduleLayers, scheduleGroup); ok {
+		c.from = l.source
+		if c.from == "" {
+			c.from = "the object"
 		}
-		s, err := schedule.Parse(spec, d)
+		c.uptime = r.schedule(l, AnnotationUptime)
+		c.downtime = r.schedule(l, AnnotationDowntime)
+		if v, ok := l.annotations[AnnotationDowntimeReplicas]; ok {
+			n, err := replicaCount(v)
+			if err != nil {
+				r.fail(l, AnnotationDowntimeReplicas, err.Error())
+			}
+			c.downtimeReplicas = n
+		}
+		if v, ok := l.annotations[AnnotationUptimeReplicas]; ok {
+			n, err := replicaCount(v)
+			if err != nil {
+				r.fail(l, AnnotationUptimeReplicas, err.Error())
+			}
+			c.uptimeReplicas = &n
+		}
+		if !hasAny(l.annotations, []string{AnnotationUptime, AnnotationDowntime}) {
+			r.fail(l, "annotations", "replica counts are set but neither "+AnnotationUptime+" nor "+AnnotationDowntime+
+				"; scheduling annotations replace those of the namespace and the operator's defaults as a group")
+		}
+	}
+	if l, ok := pick(layers, exclusionGroup); ok {
+		c.exclude = r.schedule(l, AnnotationExclude)
+		if v, ok := l.annotations[AnnotationExcludeUntil]; ok {
+			t, err := time.Parse(time.RFC3339, strings.TrimSpace(v))
+			if err != nil {
+				r.fail(l, AnnotationExcludeUntil, strconv.Quote(v)+" is not an RFC 3339 time such as 2024-11-01T08:00:00+01:00")
+			}
+			c.excludeUntil = t
+		}
+	}
+	if l, ok := pick(layers, forceGroup); ok {
+		c.forceUp = r.schedule(l, AnnotationForceUptime)
+		c.forceDown = r.schedule(l, AnnotationForceDowntime)
+	}
+	if l, ok := pick(layers, graceGroup); ok {
+		g, err := gracePeriod(l.annotations[AnnotationGracePeriod])
 		if err != nil {
-			fail(source, a.key, err.Error())
-			continue
+			r.fail(l, AnnotationGracePeriod, err.Error())
 		}
-		*a.target = s
+		c.grace = &g
 	}
-	if v, ok := sched[AnnotationDowntimeReplicas]; ok {
-		n, err := replicaCount(v)
-		if err != nil {
-			fail(source, AnnotationDowntimeReplicas, err.Error())
-		}
-		c.downtimeReplicas = n
-	}
-	if v, ok := sched[AnnotationUptimeReplicas]; ok {
-		n, err := replicaCount(v)
-		if err != nil {
-			fail(source, AnnotationUptimeReplicas, err.Error())
-		}
-		c.uptimeReplicas = &n
-	}
-	_, hasUp := sched[AnnotationUptime]
-	_, hasDown := sched[AnnotationDowntime]
-	if hasAny(sched, scheduleGroup) && !hasUp && !hasDown {
-		fail(source, "annotations", "replica counts are set but neither "+AnnotationUptime+" nor "+AnnotationDowntime+
-			"; a workload's scheduling annotations replace its namespace's as a group")
-	}
-
-	excl, source := workload, ""
-	if !hasAny(workload, exclusionGroup) {
-		excl, source = namespace, "namespace "+namespaceName+" "
-	}
-	if v, ok := excl[AnnotationExclude]; ok {
-		switch strings.ToLower(strings.TrimSpace(v)) {
+	if l, ok := pick(layers, dryRunGroup); ok {
+		switch v := l.annotations[AnnotationDryRun]; strings.ToLower(strings.TrimSpace(v)) {
 		case "true":
-			c.exclude = true
+			c.dryRun = true
 		case "false":
 		default:
-			fail(source, AnnotationExclude, strconv.Quote(v)+" must be true or false")
+			r.fail(l, AnnotationDryRun, strconv.Quote(v)+" must be true or false")
 		}
 	}
-	if v, ok := excl[AnnotationExcludeUntil]; ok {
-		t, err := time.Parse(time.RFC3339, strings.TrimSpace(v))
-		if err != nil {
-			fail(source, AnnotationExcludeUntil, strconv.Quote(v)+" is not an RFC 3339 time such as 2024-11-01T08:00:00+01:00")
-		}
-		c.excludeUntil = t
-	}
-	if len(problems) > 0 {
-		return config{}, errors.New(strings.Join(problems, "; "))
+	c.warnings = r.warnings
+	if len(r.problems) > 0 {
+		return config{}, errors.New(strings.Join(r.problems, "; "))
 	}
 	return c, nil
+}
+
+// gracePeriod parses a duration such as 30m, or whole seconds as kube-downscaler takes
+// them.
+func gracePeriod(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not a duration such as 30m or 1h30m, or whole seconds", v)
+	}
+	return d, nil
 }
 
 // replicaCount parses a non-negative replica count.

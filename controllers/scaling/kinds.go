@@ -1,75 +1,310 @@
 package scaling
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
+	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// kind is what differs between the workload kinds the operator scales.
+// kind is what differs between the kinds the operator scales; the decision is shared.
 type kind struct {
-	name      string
+	traits
+	gvk schema.GroupVersionKind
+	// resource is the flag name, "<plural>.<group>".
+	resource string
+	// newObject returns an empty object as the scaling cache holds it.
 	newObject func() client.Object
 	newList   func() client.ObjectList
-	replicas  func(client.Object) int32
-	// apply builds the operator's apply configuration for a workload.
-	apply func(obj client.Object, w *workloadWrite) runtime.ApplyConfiguration
-	// slim keeps what decisions read: metadata and spec.replicas.
-	slim func(any) (any, error)
+	// autoscaled kinds can be the target of HPAs and KEDA ScaledObjects.
+	autoscaled bool
+	// skip reports objects left alone without a word (Jobs a CronJob created).
+	skip func(client.Object) bool
+	// read returns the current level: from the object, or for kinds scaled through the
+	// /scale subresource, from there.
+	read func(ctx context.Context, c client.Client, obj client.Object) (int32, error)
+	// write applies the operator's part of the object.
+	write func(ctx context.Context, c client.Client, obj client.Object, w *workloadWrite) error
+	// transform slims objects of the kind in the cache.
+	transform toolscache.TransformFunc
+	// extraLayer returns annotations read after the object's own (a ScaledObject's
+	// target workload); nil for most kinds.
+	extraLayer func(ctx context.Context, reader client.Reader, obj client.Object) (layer, bool)
 }
 
-var kinds = []kind{deployments, statefulSets}
+// fromObject makes a read function of a level the cached object holds.
+func fromObject[T client.Object](level func(T) int32) func(context.Context, client.Client, client.Object) (int32, error) {
+	return func(_ context.Context, _ client.Client, o client.Object) (int32, error) { return level(o.(T)), nil }
+}
 
-var deployments = kind{
-	name:      "Deployment",
-	newObject: func() client.Object { return &appsv1.Deployment{} },
-	newList:   func() client.ObjectList { return &appsv1.DeploymentList{} },
-	replicas:  func(o client.Object) int32 { return ptr.Deref(o.(*appsv1.Deployment).Spec.Replicas, 1) },
-	apply: func(o client.Object, w *workloadWrite) runtime.ApplyConfiguration {
-		return appsv1ac.Deployment(o.GetName(), o.GetNamespace()).
+// apply applies the operator's part of an object as its field manager. Every apply
+// carries the UID and resourceVersion the decision read, so it fails with a conflict
+// (and is decided again) rather than save a count someone changed in the meantime.
+func apply(ctx context.Context, c client.Client, what string, ac runtime.ApplyConfiguration) error {
+	if err := c.Apply(ctx, ac, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply %s: %w", what, err)
+	}
+	return nil
+}
+
+// runningOrStopped is the level of a kind that runs or stops.
+func runningOrStopped(stopped bool) int32 {
+	if stopped {
+		return 0
+	}
+	return 1
+}
+
+var deployments = &kind{
+	traits:     traits{name: "Deployment"},
+	gvk:        appsv1.SchemeGroupVersion.WithKind("Deployment"),
+	resource:   "deployments.apps",
+	newObject:  func() client.Object { return &appsv1.Deployment{} },
+	newList:    func() client.ObjectList { return &appsv1.DeploymentList{} },
+	autoscaled: true,
+	read:       fromObject(func(d *appsv1.Deployment) int32 { return ptr.Deref(d.Spec.Replicas, 1) }),
+	write: func(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
+		return apply(ctx, c, fmt.Sprintf("replicas %d to Deployment", w.level), appsv1ac.Deployment(o.GetName(), o.GetNamespace()).
 			WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
 			WithAnnotations(w.annotationsFor()).
-			WithSpec(appsv1ac.DeploymentSpec().WithReplicas(w.replicas))
+			WithSpec(appsv1ac.DeploymentSpec().WithReplicas(w.level)))
 	},
-	slim: func(obj any) (any, error) {
+	transform: func(obj any) (any, error) {
 		d, ok := obj.(*appsv1.Deployment)
 		if !ok {
 			return obj, nil
 		}
-		return &appsv1.Deployment{ObjectMeta: slimMeta(d.ObjectMeta), Spec: appsv1.DeploymentSpec{Replicas: d.Spec.Replicas}}, nil
+		return &appsv1.Deployment{ObjectMeta: slimMeta(d.ObjectMeta), Spec: appsv1.DeploymentSpec{
+			Replicas: d.Spec.Replicas,
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: d.Spec.Template.Labels}},
+		}}, nil
 	},
 }
 
-var statefulSets = kind{
-	name:      "StatefulSet",
-	newObject: func() client.Object { return &appsv1.StatefulSet{} },
-	newList:   func() client.ObjectList { return &appsv1.StatefulSetList{} },
-	replicas:  func(o client.Object) int32 { return ptr.Deref(o.(*appsv1.StatefulSet).Spec.Replicas, 1) },
-	apply: func(o client.Object, w *workloadWrite) runtime.ApplyConfiguration {
-		return appsv1ac.StatefulSet(o.GetName(), o.GetNamespace()).
+var statefulSets = &kind{
+	traits:     traits{name: "StatefulSet"},
+	gvk:        appsv1.SchemeGroupVersion.WithKind("StatefulSet"),
+	resource:   "statefulsets.apps",
+	newObject:  func() client.Object { return &appsv1.StatefulSet{} },
+	newList:    func() client.ObjectList { return &appsv1.StatefulSetList{} },
+	autoscaled: true,
+	read:       fromObject(func(s *appsv1.StatefulSet) int32 { return ptr.Deref(s.Spec.Replicas, 1) }),
+	write: func(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
+		return apply(ctx, c, fmt.Sprintf("replicas %d to StatefulSet", w.level), appsv1ac.StatefulSet(o.GetName(), o.GetNamespace()).
 			WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
 			WithAnnotations(w.annotationsFor()).
-			WithSpec(appsv1ac.StatefulSetSpec().WithReplicas(w.replicas))
+			WithSpec(appsv1ac.StatefulSetSpec().WithReplicas(w.level)))
 	},
-	slim: func(obj any) (any, error) {
+	transform: func(obj any) (any, error) {
 		s, ok := obj.(*appsv1.StatefulSet)
 		if !ok {
 			return obj, nil
 		}
-		return &appsv1.StatefulSet{ObjectMeta: slimMeta(s.ObjectMeta), Spec: appsv1.StatefulSetSpec{Replicas: s.Spec.Replicas}}, nil
+		return &appsv1.StatefulSet{ObjectMeta: slimMeta(s.ObjectMeta), Spec: appsv1.StatefulSetSpec{
+			Replicas: s.Spec.Replicas,
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: s.Spec.Template.Labels}},
+		}}, nil
 	},
 }
 
+// suspendTraits describe kinds stopped through spec.suspend.
+func suspendTraits(name string) traits {
+	return traits{name: name, onOff: true,
+		stopped: "suspended (spec.suspend: true)", running: "not suspended (spec.suspend: false)"}
+}
+
+var cronJobs = &kind{
+	traits:    suspendTraits("CronJob"),
+	gvk:       batchv1.SchemeGroupVersion.WithKind("CronJob"),
+	resource:  "cronjobs.batch",
+	newObject: func() client.Object { return &batchv1.CronJob{} },
+	newList:   func() client.ObjectList { return &batchv1.CronJobList{} },
+	read: fromObject(func(c *batchv1.CronJob) int32 {
+		return runningOrStopped(ptr.Deref(c.Spec.Suspend, false))
+	}),
+	write: func(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
+		return apply(ctx, c, "suspend to CronJob", batchv1ac.CronJob(o.GetName(), o.GetNamespace()).
+			WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
+			WithAnnotations(w.annotationsFor()).
+			WithSpec(batchv1ac.CronJobSpec().WithSuspend(w.level == 0)))
+	},
+	transform: func(obj any) (any, error) {
+		c, ok := obj.(*batchv1.CronJob)
+		if !ok {
+			return obj, nil
+		}
+		return &batchv1.CronJob{ObjectMeta: slimMeta(c.ObjectMeta), Spec: batchv1.CronJobSpec{Suspend: c.Spec.Suspend}}, nil
+	},
+}
+
+var jobs = &kind{
+	traits:    suspendTraits("Job"),
+	gvk:       batchv1.SchemeGroupVersion.WithKind("Job"),
+	resource:  "jobs.batch",
+	newObject: func() client.Object { return &batchv1.Job{} },
+	newList:   func() client.ObjectList { return &batchv1.JobList{} },
+	// A CronJob's Jobs are its own business: the CronJob is what gets suspended.
+	skip: func(o client.Object) bool {
+		ref := metav1.GetControllerOfNoCopy(o)
+		return ref != nil && ref.Kind == "CronJob" && strings.HasPrefix(ref.APIVersion, batchv1.GroupName+"/")
+	},
+	read: fromObject(func(j *batchv1.Job) int32 { return runningOrStopped(ptr.Deref(j.Spec.Suspend, false)) }),
+	write: func(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
+		return apply(ctx, c, "suspend to Job", batchv1ac.Job(o.GetName(), o.GetNamespace()).
+			WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
+			WithAnnotations(w.annotationsFor()).
+			WithSpec(batchv1ac.JobSpec().WithSuspend(w.level == 0)))
+	},
+	transform: func(obj any) (any, error) {
+		j, ok := obj.(*batchv1.Job)
+		if !ok {
+			return obj, nil
+		}
+		return &batchv1.Job{ObjectMeta: slimMeta(j.ObjectMeta), Spec: batchv1.JobSpec{Suspend: j.Spec.Suspend}}, nil
+	},
+}
+
+// NodeSelectorScaledDown is the node label a scaled-down DaemonSet's pods select; the
+// operator assumes no node carries it.
+const NodeSelectorScaledDown = annotationPrefix + "scaled-down"
+
+// AnnotationOriginalNodeSelector is written by the operator on a scaled-down DaemonSet:
+// the pod template's nodeSelector to restore, as JSON ({} for none).
+const AnnotationOriginalNodeSelector = annotationPrefix + "original-node-selector"
+
+var daemonSets = &kind{
+	traits: traits{name: "DaemonSet", onOff: true,
+		stopped: "moved off every node (nodeSelector " + NodeSelectorScaledDown + ", which no node has)",
+		running: "on its nodes (its own nodeSelector restored)"},
+	gvk:       appsv1.SchemeGroupVersion.WithKind("DaemonSet"),
+	resource:  "daemonsets.apps",
+	newObject: func() client.Object { return &appsv1.DaemonSet{} },
+	newList:   func() client.ObjectList { return &appsv1.DaemonSetList{} },
+	read: fromObject(func(d *appsv1.DaemonSet) int32 {
+		_, down := d.Spec.Template.Spec.NodeSelector[NodeSelectorScaledDown]
+		return runningOrStopped(down)
+	}),
+	write:     writeDaemonSet,
+	transform: slimDaemonSet,
+}
+
+// writeDaemonSet moves a DaemonSet's pods off every node and back. The pod template's
+// nodeSelector is one atomic field under server-side apply, so the operator applies it
+// whole: for a downtime, the DaemonSet's own selector plus NodeSelectorScaledDown, with
+// the own selector saved first in AnnotationOriginalNodeSelector (in the same write);
+// at the restore, exactly the saved selector (none, if it had none).
+func writeDaemonSet(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
+	ds := o.(*appsv1.DaemonSet)
+	annotations := w.annotationsFor()
+	own, saved, err := savedNodeSelector(ds.Annotations)
+	if err != nil {
+		return err
+	}
+	if !saved {
+		own = maps.Clone(ds.Spec.Template.Spec.NodeSelector)
+		delete(own, NodeSelectorScaledDown)
+	}
+	selector := own
+	if w.level == 0 {
+		data, err := json.Marshal(own)
+		if err != nil {
+			return err
+		}
+		if own == nil {
+			data = []byte("{}")
+		}
+		annotations[AnnotationOriginalNodeSelector] = string(data)
+		selector = maps.Clone(own)
+		if selector == nil {
+			selector = map[string]string{}
+		}
+		selector[NodeSelectorScaledDown] = "true"
+	}
+	ac := appsv1ac.DaemonSet(o.GetName(), o.GetNamespace()).
+		WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
+		WithAnnotations(annotations)
+	if len(selector) > 0 {
+		ac.WithSpec(appsv1ac.DaemonSetSpec().WithTemplate(corev1ac.PodTemplateSpec().WithSpec(
+			corev1ac.PodSpec().WithNodeSelector(selector))))
+	}
+	return apply(ctx, c, "nodeSelector to DaemonSet", ac)
+}
+
+// savedNodeSelector reads AnnotationOriginalNodeSelector.
+func savedNodeSelector(annotations map[string]string) (map[string]string, bool, error) {
+	v, ok := annotations[AnnotationOriginalNodeSelector]
+	if !ok {
+		return nil, false, nil
+	}
+	var out map[string]string
+	if err := json.Unmarshal([]byte(v), &out); err != nil {
+		return nil, true, fmt.Errorf("%s is not a JSON object of strings: %w; fix or remove it", AnnotationOriginalNodeSelector, err)
+	}
+	return out, true, nil
+}
+
+func slimDaemonSet(obj any) (any, error) {
+	d, ok := obj.(*appsv1.DaemonSet)
+	if !ok {
+		return obj, nil
+	}
+	// The nodeSelector is kept whole: the write applies it whole.
+	out := &appsv1.DaemonSet{ObjectMeta: slimMeta(d.ObjectMeta)}
+	out.Spec.Template.Spec.NodeSelector = d.Spec.Template.Spec.NodeSelector
+	return out, nil
+}
+
+// horizontalPodAutoscalers are HPAs scheduled in their own right: only those with a
+// schedule of their own (an HPA without one follows the workload it targets, see
+// decide). Their level is minReplicas, which cannot go below 1.
+var horizontalPodAutoscalers = &kind{
+	traits:    traits{name: "HorizontalPodAutoscaler", floor: 1, ownScheduleOnly: true},
+	gvk:       autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler"),
+	resource:  "horizontalpodautoscalers.autoscaling",
+	newObject: func() client.Object { return &autoscalingv2.HorizontalPodAutoscaler{} },
+	newList:   func() client.ObjectList { return &autoscalingv2.HorizontalPodAutoscalerList{} },
+	read: fromObject(func(h *autoscalingv2.HorizontalPodAutoscaler) int32 {
+		return ptr.Deref(h.Spec.MinReplicas, 1)
+	}),
+	write: func(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
+		level := w.level
+		// minReplicas above maxReplicas is invalid; a maxReplicas lowered during the
+		// downtime caps what comes back.
+		if max := o.(*autoscalingv2.HorizontalPodAutoscaler).Spec.MaxReplicas; max > 0 && level > max {
+			level = max
+		}
+		return apply(ctx, c, fmt.Sprintf("minReplicas %d to HorizontalPodAutoscaler", level),
+			autoscalingv2ac.HorizontalPodAutoscaler(o.GetName(), o.GetNamespace()).
+				WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
+				WithAnnotations(w.annotationsFor()).
+				WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().WithMinReplicas(level)))
+	},
+	transform: slimHPA,
+}
+
+// builtinKinds are the kinds --scaling-resources may name besides those with a /scale
+// subresource found at run time.
+var builtinKinds = []*kind{deployments, statefulSets, cronJobs, jobs, daemonSets, horizontalPodAutoscalers}
+
 // slimMeta keeps the identity, the operator's annotations and the controller reference:
-// the pod template, managed fields and other annotations (a kubectl last-applied
-// configuration can be larger than the rest of the object) never reach the cache.
+// managed fields and other annotations (a kubectl last-applied configuration can be
+// larger than the rest of the object) never reach the cache.
 func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	out := metav1.ObjectMeta{
 		Name:              m.Name,
@@ -79,7 +314,7 @@ func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 		Generation:        m.Generation,
 		CreationTimestamp: m.CreationTimestamp,
 		DeletionTimestamp: m.DeletionTimestamp,
-		Annotations:       ourAnnotations(m.Annotations),
+		Annotations:       keepAnnotations(m.Annotations, annotationPrefix),
 	}
 	if ref := metav1.GetControllerOfNoCopy(&m); ref != nil {
 		out.OwnerReferences = []metav1.OwnerReference{*ref}
@@ -87,28 +322,35 @@ func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return out
 }
 
-func ourAnnotations(in map[string]string) map[string]string {
+// keepAnnotations returns the annotations whose keys start with one of prefixes.
+func keepAnnotations(in map[string]string, prefixes ...string) map[string]string {
 	var out map[string]string
 	for k, v := range in {
-		if strings.HasPrefix(k, annotationPrefix) {
-			if out == nil {
-				out = map[string]string{}
+		for _, p := range prefixes {
+			if strings.HasPrefix(k, p) {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[k] = v
+				break
 			}
-			out[k] = v
 		}
 	}
 	return out
 }
 
+// slimNamespace keeps the labels too: the namespace exclusion selects by them.
 func slimNamespace(obj any) (any, error) {
 	ns, ok := obj.(*corev1.Namespace)
 	if !ok {
 		return obj, nil
 	}
-	return &corev1.Namespace{ObjectMeta: slimMeta(ns.ObjectMeta)}, nil
+	meta := slimMeta(ns.ObjectMeta)
+	meta.Labels = ns.Labels
+	return &corev1.Namespace{ObjectMeta: meta}, nil
 }
 
-// slimHPA keeps the target, minReplicas and the operator's annotations: the HPA
+// slimHPA keeps the target, the bounds and the operator's annotations: the HPA
 // controller rewrites status every sync, and none of that is needed here.
 func slimHPA(obj any) (any, error) {
 	h, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler)

@@ -1,6 +1,7 @@
 package scaling
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 
@@ -19,7 +20,7 @@ var (
 		Help: "Times a workload's scheduling annotations (or its namespace's) were found invalid, by workload kind.",
 	}, []string{"kind"})
 	workloadsDesc = prometheus.NewDesc("phalanks_scaling_workloads",
-		"Workloads under scheduled scaling, by kind and state (up, down, override, grace, excluded, owned, invalid).",
+		"Objects under scheduled scaling, by kind and state (up, down, override, grace, excluded, owned, delegated, blocked, invalid).",
 		[]string{"kind", "state"}, nil)
 	savedDesc = prometheus.NewDesc("phalanks_scaling_replicas_saved",
 		"Replicas the operator has saved in original-replicas annotations and will restore, by workload kind.",
@@ -50,6 +51,17 @@ type trackEntry struct {
 type tracker struct {
 	mu      sync.Mutex
 	entries map[trackKey]trackEntry
+	// kinds are reported even with no object in them, so every series exists.
+	kinds []string
+}
+
+// registerKind makes the gauges report a kind from now on.
+func registerKind(name string) {
+	tracked.mu.Lock()
+	defer tracked.mu.Unlock()
+	if !slices.Contains(tracked.kinds, name) {
+		tracked.kinds = append(tracked.kinds, name)
+	}
 }
 
 // observe records a decision and reports whether its events differ from the last ones
@@ -95,16 +107,21 @@ func (t *tracker) Collect(ch chan<- prometheus.Metric) {
 	counts := map[ks]int{}
 	saved := map[string]int64{}
 	t.mu.Lock()
+	names := slices.Clone(t.kinds)
 	for k, e := range t.entries {
 		counts[ks{k.kind, e.state}]++
 		saved[k.kind] += int64(e.saved)
+		if !slices.Contains(names, k.kind) {
+			names = append(names, k.kind)
+		}
 	}
 	t.mu.Unlock()
-	for _, k := range kinds {
-		for _, s := range []state{stateUp, stateDown, stateOverride, stateGrace, stateExcluded, stateOwned, stateInvalid} {
-			ch <- prometheus.MustNewConstMetric(workloadsDesc, prometheus.GaugeValue, float64(counts[ks{k.name, s}]), k.name, string(s))
+	slices.Sort(names)
+	for _, name := range names {
+		for _, s := range states {
+			ch <- prometheus.MustNewConstMetric(workloadsDesc, prometheus.GaugeValue, float64(counts[ks{name, s}]), name, string(s))
 		}
-		ch <- prometheus.MustNewConstMetric(savedDesc, prometheus.GaugeValue, float64(saved[k.name]), k.name)
+		ch <- prometheus.MustNewConstMetric(savedDesc, prometheus.GaugeValue, float64(saved[name]), name)
 	}
 }
 

@@ -1,48 +1,48 @@
-// Package scaling scales Deployments and StatefulSets down outside the working hours
-// their annotations (or their Namespace's) give, and back up inside them.
+// Package scaling scales workloads down outside the working hours their annotations
+// (or their Namespace's, or the operator's defaults) give, and back up inside them:
+// Deployments, StatefulSets, CronJobs, Jobs, DaemonSets, HorizontalPodAutoscalers, KEDA
+// ScaledObjects, any resource with a /scale subresource, and the PodDisruptionBudgets of
+// what it scaled down.
 //
 // It is level-triggered: each reconcile decides from the current time and the objects
-// alone, writes only when the decision differs from what is there, and requeues at the
-// next scheduled transition. An operator restart or outage therefore misses nothing.
+// alone, writes only when the decision differs from what is there, and wakes the object
+// again at the next scheduled transition. The count to restore is written to the object
+// before (or with) the change that needs it. An operator restart or outage therefore
+// misses nothing and loses nothing.
 package scaling
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/phalanks/phalanks-operator/internal/schedule"
 )
 
 // FieldManager is the server-side apply field manager of everything the operator
-// writes: spec.replicas and its annotations on workloads, spec.minReplicas and its
-// annotations on autoscalers.
+// writes: the replica count (or suspend, nodeSelector key, minReplicas, paused-replicas,
+// disruption budget) and its annotations.
 const FieldManager = "phalanks-scaler"
 
-// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=batch,resources=cronjobs;jobs,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=get;list;watch;patch
+// Only the metadata of CRDs, to notice a kind named in --scaling-resources appear.
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=list;watch
 
 // Options configure scheduled scaling; the flags set the cluster-wide defaults.
 type Options struct {
-	// Concurrency is the number of workloads of each kind decided in parallel.
+	// Concurrency is the number of objects of each kind decided in parallel.
 	Concurrency int
 	// TimeZone is the zone of schedule elements that name none.
 	TimeZone string
@@ -52,45 +52,174 @@ type Options struct {
 	GracePeriod time.Duration
 	// DryRun logs decisions and records events but writes nothing.
 	DryRun bool
-	// Clock decides what time it is and drives the requeue delays; nil is the real
-	// clock. Tests inject one they can move.
+	// DefaultUptime, DefaultDowntime and DefaultDowntimeReplicas are the schedule of
+	// every workload that neither it nor its Namespace schedules.
+	DefaultUptime, DefaultDowntime string
+	DefaultDowntimeReplicas        int
+	// ExcludeNamespaces are kept out of scheduled scaling by name; nil means kube-system
+	// and the operator's own namespace.
+	ExcludeNamespaces []string
+	// ExcludeNamespaceSelector keeps Namespaces whose labels it matches out of scheduled
+	// scaling; empty matches none.
+	ExcludeNamespaceSelector string
+	// Resources are the kinds scaled, as <plural>.<group>; nil means DefaultResources.
+	// Any resource named that is not built in is scaled through its /scale subresource
+	// once the API server serves it.
+	Resources []string
+	// Clock decides what time it is and times the wake-ups at transitions; nil is the
+	// real clock. Tests inject one they can move.
 	Clock clock.WithTicker
+}
+
+// DefaultResources are the kinds scaled unless --scaling-resources says otherwise.
+var DefaultResources = []string{
+	"deployments.apps", "statefulsets.apps", "cronjobs.batch", "jobs.batch", "daemonsets.apps",
+	"horizontalpodautoscalers.autoscaling", "poddisruptionbudgets.policy", "scaledobjects.keda.sh",
 }
 
 // BindFlags registers the scheduled-scaling flags.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Concurrency, "scaling-concurrency", 10,
-		"Workloads of each kind (Deployments, StatefulSets) that scheduled scaling decides in parallel.")
+		"Objects of each kind that scheduled scaling decides in parallel.")
 	fs.StringVar(&o.TimeZone, "scaling-time-zone", "",
 		"IANA time zone for schedule elements that name none (e.g. Europe/Berlin); empty requires every element to name one.")
 	fs.StringVar(&o.Weekdays, "scaling-weekdays", "",
 		"Week frame for schedule elements that name no weekdays (e.g. Mon-Fri); empty requires every element to name them.")
 	fs.DurationVar(&o.GracePeriod, "scaling-grace-period", 15*time.Minute,
-		"How long a new workload runs before scheduled scaling may scale it down.")
+		"How long a new workload runs before scheduled scaling may scale it down (the phalanks.io/grace-period annotation overrides it).")
 	fs.BoolVar(&o.DryRun, "scaling-dry-run", false,
 		"Log scheduled-scaling decisions and record them as events, but change nothing.")
+	fs.StringVar(&o.DefaultUptime, "default-uptime", "",
+		"Uptime schedule of every workload that neither it nor its namespace schedules (e.g. \"Mon-Fri 07:30-20:30 Europe/Berlin\"); empty: none.")
+	fs.StringVar(&o.DefaultDowntime, "default-downtime", "",
+		"Downtime schedule of every workload that neither it nor its namespace schedules; empty: none.")
+	fs.IntVar(&o.DefaultDowntimeReplicas, "default-downtime-replicas", 0,
+		"Replicas during the downtime of --default-uptime/--default-downtime.")
+	o.ExcludeNamespaces = defaultExcludeNamespaces()
+	fs.Func("scaling-exclude-namespaces",
+		"Comma-separated namespaces kept out of scheduled scaling, annotations and defaults alike (default kube-system and the operator's own namespace: \""+
+			strings.Join(o.ExcludeNamespaces, ",")+"\").",
+		func(v string) error { o.ExcludeNamespaces = splitList(v); return nil })
+	fs.StringVar(&o.ExcludeNamespaceSelector, "scaling-exclude-namespace-selector", "",
+		"Label selector of namespaces kept out of scheduled scaling (e.g. \"environment=production\"); empty selects none.")
+	o.Resources = DefaultResources
+	fs.Func("scaling-resources",
+		"Comma-separated kinds scheduled scaling scales, as <plural>.<group> (default \""+strings.Join(DefaultResources, ",")+
+			"\"). Any other resource named is scaled through its /scale subresource once the API server serves it; grant the operator "+
+			"get/list/watch/patch on it and get/patch on its scale subresource (docs/scheduled-scaling.md).",
+		func(v string) error { o.Resources = splitList(v); return nil })
 }
 
-// defaults validates the cluster-wide defaults by parsing elements that need them.
-func (o *Options) defaults() (schedule.Defaults, error) {
-	d := schedule.Defaults{TimeZone: o.TimeZone, Weekdays: o.Weekdays}
+// defaultExcludeNamespaces are kube-system and the operator's own namespace: scaling the
+// operator down would leave nothing to scale it back up.
+func defaultExcludeNamespaces() []string {
+	out := []string{"kube-system"}
+	if own := ownNamespace(); own != "" {
+		out = append(out, own)
+	}
+	return out
+}
+
+// ownNamespace is the namespace the operator runs in: POD_NAMESPACE (set from the pod's
+// metadata in config/manager), else its service account's.
+func ownNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	data, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(data))
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// policy is the operator-wide part of every decision, from the flags.
+type policy struct {
+	scheduleDefaults schedule.Defaults
+	// defaults is the operator's default schedule group; empty if none.
+	defaults        map[string]string
+	grace           time.Duration
+	dryRun          bool
+	excludeNames    map[string]bool
+	excludeSelector labels.Selector
+}
+
+// newPolicy validates the flags by parsing what they give.
+func (o *Options) newPolicy() (*policy, error) {
+	if o.ExcludeNamespaces == nil {
+		o.ExcludeNamespaces = defaultExcludeNamespaces()
+	}
+	p := &policy{
+		scheduleDefaults: schedule.Defaults{TimeZone: o.TimeZone, Weekdays: o.Weekdays},
+		grace:            o.GracePeriod,
+		dryRun:           o.DryRun,
+		excludeNames:     map[string]bool{},
+		excludeSelector:  labels.Nothing(),
+	}
 	if o.TimeZone != "" {
-		if _, err := schedule.Parse("Mon 00:00-24:00", d); err != nil {
-			return d, fmt.Errorf("--scaling-time-zone: %w", err)
+		if _, err := schedule.Parse("Mon 00:00-24:00", p.scheduleDefaults); err != nil {
+			return nil, fmt.Errorf("--scaling-time-zone: %w", err)
 		}
 	}
 	if o.Weekdays != "" {
-		if _, err := schedule.Parse("00:00-24:00 UTC", d); err != nil {
-			return d, fmt.Errorf("--scaling-weekdays: %w", err)
+		if _, err := schedule.Parse("00:00-24:00 UTC", p.scheduleDefaults); err != nil {
+			return nil, fmt.Errorf("--scaling-weekdays: %w", err)
 		}
 	}
-	return d, nil
+	for flagName, spec := range map[string]string{"--default-uptime": o.DefaultUptime, "--default-downtime": o.DefaultDowntime} {
+		if spec == "" {
+			continue
+		}
+		if _, err := schedule.Parse(spec, p.scheduleDefaults); err != nil {
+			return nil, fmt.Errorf("%s: %w", flagName, err)
+		}
+	}
+	switch {
+	case o.DefaultDowntimeReplicas < 0:
+		return nil, errors.New("--default-downtime-replicas must be 0 or more")
+	case o.DefaultUptime != "" || o.DefaultDowntime != "":
+		p.defaults = map[string]string{AnnotationDowntimeReplicas: fmt.Sprint(o.DefaultDowntimeReplicas)}
+		if o.DefaultUptime != "" {
+			p.defaults[AnnotationUptime] = o.DefaultUptime
+		}
+		if o.DefaultDowntime != "" {
+			p.defaults[AnnotationDowntime] = o.DefaultDowntime
+		}
+	case o.DefaultDowntimeReplicas != 0:
+		return nil, errors.New("--default-downtime-replicas needs --default-uptime or --default-downtime")
+	}
+	for _, n := range o.ExcludeNamespaces {
+		p.excludeNames[n] = true
+	}
+	if o.ExcludeNamespaceSelector != "" {
+		sel, err := labels.Parse(o.ExcludeNamespaceSelector)
+		if err != nil {
+			return nil, fmt.Errorf("--scaling-exclude-namespace-selector: %w", err)
+		}
+		p.excludeSelector = sel
+	}
+	return p, nil
 }
 
-// SetupWithManager registers one controller for Deployments and one for StatefulSets,
-// sharing the decision logic and a slim cache of their own.
+// excluded reports whether the flags keep a Namespace out of scheduled scaling.
+func (p *policy) excluded(name string, nsLabels map[string]string) bool {
+	return p.excludeNames[name] || p.excludeSelector.Matches(labels.Set(nsLabels))
+}
+
+// SetupWithManager registers a controller for every kind named in o.Resources that the
+// API server serves now, and sets up the others when they appear.
 func SetupWithManager(mgr ctrl.Manager, o Options) error {
-	d, err := o.defaults()
+	p, err := o.newPolicy()
 	if err != nil {
 		return err
 	}
@@ -100,107 +229,12 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	c, err := newCache(mgr)
+	if o.Resources == nil {
+		o.Resources = DefaultResources
+	}
+	s, err := newScaler(mgr, o, p)
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(c); err != nil {
-		return fmt.Errorf("add scaling cache: %w", err)
-	}
-	recorder := mgr.GetEventRecorder(FieldManager)
-	for _, k := range kinds {
-		r := &reconciler{
-			kind: k, reader: c, writer: mgr.GetClient(), recorder: recorder,
-			clock: o.Clock, defaults: d, grace: o.GracePeriod, dryRun: o.DryRun,
-		}
-		if err := r.setup(mgr, c, o); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// reconciler decides one kind of workload.
-type reconciler struct {
-	kind     kind
-	reader   client.Reader
-	writer   client.Client
-	recorder events.EventRecorder
-	clock    clock.PassiveClock
-	defaults schedule.Defaults
-	grace    time.Duration
-	dryRun   bool
-}
-
-func (r *reconciler) setup(mgr ctrl.Manager, c cache.Cache, o Options) error {
-	name := "scaling-" + strings.ToLower(r.kind.name)
-	err := ctrl.NewControllerManagedBy(mgr).
-		Named(name).
-		WithOptions(controller.Options{
-			MaxConcurrentReconciles: o.Concurrency,
-			// Requeues wait on the injected clock, so a test that moves it reaches the
-			// next transition without waiting for it.
-			NewQueue: func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-				return workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{
-					Name: name, Clock: o.Clock,
-				})
-			},
-		}).
-		WatchesRawSource(source.Kind(c, r.kind.newObject(), &handler.TypedEnqueueRequestForObject[client.Object]{}, workloadPredicate(r.kind, c))).
-		WatchesRawSource(source.Kind[client.Object](c, &corev1.Namespace{}, namespaceHandler(r.kind, c), namespacePredicate())).
-		WatchesRawSource(source.Kind[client.Object](c, &autoscalingv2.HorizontalPodAutoscaler{}, hpaHandler(r.kind, c), hpaPredicate())).
-		Complete(r)
-	if err != nil {
-		return fmt.Errorf("set up %s controller: %w", name, err)
-	}
-	return nil
-}
-
-// Reconcile decides one workload: gather what the decision reads, decide, write what
-// differs, report, and requeue at the next transition.
-func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
-	obj := r.kind.newObject()
-	if err := r.reader.Get(ctx, req.NamespacedName, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			tracked.forget(r.kind.name, req.NamespacedName)
-			return ctrl.Result{}, nil
-		}
-		return ctrl.Result{}, fmt.Errorf("get %s: %w", r.kind.name, err)
-	}
-	if !obj.GetDeletionTimestamp().IsZero() {
-		tracked.forget(r.kind.name, req.NamespacedName)
-		return ctrl.Result{}, nil
-	}
-
-	in, err := r.gather(ctx, obj)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	d := decide(in)
-	if d.state == stateUnmanaged && d.workload == nil && d.hpa == nil {
-		tracked.forget(r.kind.name, req.NamespacedName)
-		return ctrl.Result{}, nil
-	}
-
-	if r.dryRun {
-		if d.workload != nil || d.hpa != nil {
-			log.Info("dry run: not writing", "workloadWrite", d.workload != nil, "autoscalerWrite", d.hpa != nil)
-		}
-	} else {
-		if err := r.writeWorkload(ctx, obj, d.workload); err != nil {
-			return ctrl.Result{}, err
-		}
-		if err := r.writeAutoscaler(ctx, obj, d.hpa); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	countActions(r.kind.name, d.actions, r.dryRun)
-	if tracked.observe(r.kind.name, req.NamespacedName, d) {
-		r.emit(ctx, obj, d)
-	}
-
-	after := requeueAfter(d.requeueAt, in.now)
-	log.V(1).Info("decided", "state", d.state, "replicas", in.workload.replicas, "requeueAfter", after)
-	return ctrl.Result{RequeueAfter: after}, nil
+	return s.setup()
 }

@@ -207,13 +207,13 @@ var _ = Describe("Scheduled scaling", func() {
 
 	It("reports a malformed schedule with a warning naming the element and reason, and scales the others", func() {
 		ns := newNamespace(nil)
-		bad := newDeployment(ns, "bad", 3, map[string]string{scaling.AnnotationDowntime: "always, Mon-Fri 25:00-08:00 Europe/Berlin"})
+		bad := newDeployment(ns, "bad", 3, map[string]string{scaling.AnnotationDowntime: "always, Mon-Fry 08:00-18:00 Europe/Berlin"})
 		good := newDeployment(ns, "good", 3, map[string]string{scaling.AnnotationDowntime: "always"})
 		runOperator(scaling.Options{Clock: clock})
 
 		Eventually(replicas(good)).Should(BeEquivalentTo(0))
 		Eventually(notes(bad, scaling.ReasonInvalidSchedule)).Should(ContainElement(Satisfy(containsAll(
-			"Warning: ", scaling.AnnotationDowntime, `element 2 "Mon-Fri 25:00-08:00 Europe/Berlin"`, "hour 25 is out of range 0-24"))))
+			"Warning: ", scaling.AnnotationDowntime, `element 2 "Mon-Fry 08:00-18:00 Europe/Berlin"`, `unknown weekday "Fry"`))))
 		Consistently(replicas(bad)).Should(BeEquivalentTo(3))
 	})
 

@@ -3,9 +3,11 @@ package scaling
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/phalanks/phalanks-operator/internal/schedule"
@@ -22,8 +24,13 @@ const (
 	stateGrace     state = "grace"
 	stateExcluded  state = "excluded"
 	stateOwned     state = "owned"
+	stateDelegated state = "delegated"
+	stateBlocked   state = "blocked"
 	stateInvalid   state = "invalid"
 )
+
+// states lists the states the gauges report, in order.
+var states = []state{stateUp, stateDown, stateOverride, stateGrace, stateExcluded, stateOwned, stateDelegated, stateBlocked, stateInvalid}
 
 // Event reasons.
 const (
@@ -34,6 +41,15 @@ const (
 	ReasonControlledByOwner   = "ControlledByOwner"
 	ReasonGracePeriod         = "GracePeriod"
 	ReasonAmbiguousAutoscaler = "AmbiguousAutoscaler"
+	// ReasonAutoscalerNotWritable: the workload's autoscaler belongs to another
+	// controller or has a schedule of its own, and the downtime would need to change it.
+	ReasonAutoscalerNotWritable = "AutoscalerNotWritable"
+	// ReasonScaledThroughAutoscaler: a KEDA ScaledObject scales the workload, and the
+	// schedule pauses the ScaledObject instead of scaling the workload.
+	ReasonScaledThroughAutoscaler = "ScaledThroughAutoscaler"
+	// ReasonScheduleReadAsPeers: an element the strict grammar rejects was read as
+	// kube-downscaler or GoKubeDownscaler read it.
+	ReasonScheduleReadAsPeers = "ScheduleReadAsPeers"
 )
 
 // Scale actions, for the metrics.
@@ -44,10 +60,27 @@ const (
 	actionHPARestore = "hpa_min_restored"
 )
 
-// workloadView is what a decision needs to know about a Deployment or StatefulSet.
+// kedaGroup is KEDA's API group; a ScaledObject of it controls the HPAs KEDA creates.
+const kedaGroup = "keda.sh"
+
+// traits is what the decision needs to know about a kind.
+type traits struct {
+	name string
+	// onOff kinds run or are stopped: their level is 1 or 0, and downtime stops them
+	// whatever downtime-replicas says. Others have a replica count.
+	onOff bool
+	// floor is the lowest count a downtime may set (an HPA's minReplicas is at least 1).
+	floor int32
+	// ownScheduleOnly: only the object's own annotations give its schedule.
+	ownScheduleOnly bool
+	// stopped and running describe the two levels of an onOff kind in messages.
+	stopped, running string
+}
+
+// workloadView is what a decision needs to know about the object it decides.
 type workloadView struct {
-	kind        string
-	replicas    int32
+	// level is the replica count, or for onOff kinds 1 (running) or 0 (stopped).
+	level       int32
 	annotations map[string]string
 	created     time.Time
 	controller  *metav1.OwnerReference
@@ -59,29 +92,68 @@ type hpaView struct {
 	name        string
 	minReplicas int32
 	annotations map[string]string
+	controller  *metav1.OwnerReference
+	// scheduled: the HPA has a schedule of its own (or holds what one saved), so it
+	// is decided as an object of its own and never written for its target.
+	scheduled bool
 	// uid and resourceVersion are what the decision was made on; the apply carries them.
 	uid             types.UID
 	resourceVersion string
 }
 
+// writable reports whether the operator may change the HPA for its target.
+func (h *hpaView) writable() bool { return h.controller == nil && !h.scheduled }
+
 // inputs is everything a decision is made from.
 type inputs struct {
-	now       time.Time
-	workload  workloadView
-	namespace string
-	// namespaceAnnotations give defaults.
-	namespaceAnnotations map[string]string
-	hpas                 []hpaView
-	defaults             schedule.Defaults
-	grace                time.Duration
+	now      time.Time
+	kind     traits
+	workload workloadView
+	// layers give the annotations after the object's own: its target workload (for a
+	// ScaledObject), its Namespace, the operator's defaults.
+	layers []layer
+	// namespaceExcluded: the operator's flags keep the Namespace out of scheduled scaling.
+	namespaceExcluded bool
+	hpas              []hpaView
+	// delegate names a KEDA ScaledObject that scales the workload; the schedule pauses
+	// it instead.
+	delegate string
+	defaults schedule.Defaults
+	grace    time.Duration
+	dryRun   bool
 }
 
-// workloadWrite is the operator's part of a workload: spec.replicas, always (so that
+func (in *inputs) allLayers() []layer {
+	return append([]layer{{annotations: in.workload.annotations}}, in.layers...)
+}
+
+// managed reports whether scheduled scaling concerns the object at all.
+func (in *inputs) managed() bool {
+	if in.kind.ownScheduleOnly {
+		_, saved := in.workload.annotations[AnnotationOriginalReplicas]
+		return ownSchedule(in.workload.annotations) || saved
+	}
+	if inScope(in.workload.annotations) {
+		return true
+	}
+	for _, l := range in.layers {
+		if namespaceInScope(l.annotations) {
+			return true
+		}
+	}
+	return false
+}
+
+// workloadWrite is the operator's part of a workload: its level, always (so that
 // server-side apply never drops the field it owns), and its annotations.
 type workloadWrite struct {
-	replicas int32
+	level    int32
 	original *int32
 	next     time.Time
+	// from is the level the decision read; a write that leaves it needs no scaling.
+	from int32
+	// pausedReplicas is the count a paused ScaledObject holds its target at.
+	pausedReplicas int32
 }
 
 // hpaWrite is the operator's part of a HorizontalPodAutoscaler.
@@ -113,15 +185,23 @@ type decision struct {
 	requeueAt time.Time
 	// saved is the replica count the operator holds for a later restore.
 	saved int32
+	// dryRun: record the decision, write nothing.
+	dryRun bool
 }
 
 // decide computes what to do. Downtime scales down and saves the count; uptime (or
 // exclusion, or a removed schedule) restores it; a manual change during downtime is
 // kept until the next transition; an autoscaler is paused or lowered, never fought.
 func decide(in inputs) decision {
+	d := decideState(in)
+	d.dryRun = d.dryRun || in.dryRun
+	return d
+}
+
+func decideState(in inputs) decision {
 	w := in.workload
 	saved, hasSaved, savedErr := savedCount(w.annotations, AnnotationOriginalReplicas)
-	if !inScope(w.annotations) && !namespaceInScope(in.namespaceAnnotations) {
+	if !in.managed() {
 		return decision{state: stateUnmanaged}
 	}
 	if owner := w.controller; owner != nil {
@@ -130,7 +210,24 @@ func decide(in inputs) decision {
 			note: fmt.Sprintf("not scaled: controlled by %s %s, which sets its replicas; schedule that instead", owner.Kind, owner.Name),
 		}}}
 	}
-	cfg, err := resolve(w.annotations, in.namespaceAnnotations, in.namespace, in.defaults)
+	if in.delegate != "" {
+		d := decision{state: stateDelegated, events: []eventSpec{{
+			reason: ReasonScaledThroughAutoscaler, action: "Skip",
+			note: fmt.Sprintf("scaled through KEDA ScaledObject %s, which the schedule pauses (autoscaling.keda.sh/paused-replicas); the replicas are KEDA's", in.delegate),
+		}}}
+		if savedErr == nil {
+			restore(&d, in.kind, w, saved, hasSaved, nil, time.Time{}, "KEDA ScaledObject "+in.delegate+" scales it now")
+		}
+		return d
+	}
+	if in.namespaceExcluded {
+		d := decision{state: stateExcluded}
+		if savedErr == nil {
+			restore(&d, in.kind, w, saved, hasSaved, nil, time.Time{}, "its namespace is excluded from scheduled scaling")
+		}
+		return d
+	}
+	cfg, err := resolve(in.allLayers(), in.defaults, in.kind.ownScheduleOnly)
 	if err == nil {
 		err = savedErr
 	}
@@ -139,48 +236,88 @@ func decide(in inputs) decision {
 			warning: true, reason: ReasonInvalidSchedule, action: "Validate", note: "not scaled: " + err.Error(),
 		}}}
 	}
+	var warnings []eventSpec
+	if len(cfg.warnings) > 0 {
+		warnings = []eventSpec{{warning: true, reason: ReasonScheduleReadAsPeers, action: "Validate",
+			note: "schedule read as the peers read it: " + strings.Join(cfg.warnings, "; ")}}
+	}
+	d := decideConfigured(in, cfg, saved, hasSaved)
+	d.events = append(warnings, d.events...)
+	d.dryRun = cfg.dryRun
+	return d
+}
 
+// decideConfigured decides for a valid configuration.
+func decideConfigured(in inputs, cfg config, saved int32, hasSaved bool) decision {
+	w := in.workload
 	hpa, restoreHPA, err := autoscaler(in.hpas)
 	if err != nil {
 		return decision{state: stateInvalid, events: []eventSpec{{
 			warning: true, reason: ReasonAmbiguousAutoscaler, action: "Validate", note: "not scaled: " + err.Error(),
 		}}}
 	}
+	if hpa != nil && controlledByKEDA(hpa.controller) {
+		return decision{state: stateBlocked, events: []eventSpec{{
+			warning: true, reason: ReasonAutoscalerNotWritable, action: "Skip", note: fmt.Sprintf(
+				"not scaled: HorizontalPodAutoscaler %s belongs to KEDA ScaledObject %s, which would undo any change; "+
+					"enable scaledobjects.keda.sh in --scaling-resources so that the schedule pauses the ScaledObject", hpa.name, hpa.controller.Name),
+		}}}
+	}
 	if !cfg.scheduled() {
 		d := decision{state: stateUnmanaged}
-		restore(&d, w, saved, hasSaved, restoreHPA, time.Time{}, "no schedule applies any more")
+		restore(&d, in.kind, w, saved, hasSaved, restoreHPA, time.Time{}, "no schedule applies any more")
+		return d
+	}
+	if cfg.excluded(in.now) {
+		d := decision{state: stateExcluded, requeueAt: cfg.nextExclusionChange(in.now)}
+		restore(&d, in.kind, w, saved, hasSaved, restoreHPA, time.Time{}, "excluded from scheduled scaling")
 		return d
 	}
 	next := cfg.nextTransition(in.now)
-	if cfg.excluded(in.now) {
-		d := decision{state: stateExcluded}
-		if !cfg.exclude {
-			d.requeueAt = cfg.excludeUntil
-		}
-		restore(&d, w, saved, hasSaved, restoreHPA, time.Time{}, "excluded from scheduled scaling")
-		return d
-	}
 	if !cfg.inDowntime(in.now) {
 		d := decision{state: stateUp, requeueAt: next}
-		if hasSaved && cfg.uptimeReplicas != nil {
+		if hasSaved && cfg.uptimeReplicas != nil && !in.kind.onOff {
 			saved = *cfg.uptimeReplicas
 		}
-		restore(&d, w, saved, hasSaved, restoreHPA, next, "uptime"+until(next))
+		restore(&d, in.kind, w, saved, hasSaved, restoreHPA, next, "uptime"+until(next))
 		return d
 	}
-	return downtime(in, cfg, next, saved, hasSaved, hpa, restoreHPA)
+	grace := in.grace
+	if cfg.grace != nil {
+		grace = *cfg.grace
+	}
+	return downtime(in, cfg, grace, next, saved, hasSaved, hpa, restoreHPA)
+}
+
+// controlledByKEDA reports whether a controller reference is a KEDA ScaledObject's.
+func controlledByKEDA(ref *metav1.OwnerReference) bool {
+	if ref == nil || ref.Kind != "ScaledObject" {
+		return false
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == kedaGroup
+}
+
+// downtimeLevel is the level a downtime sets: 0 for kinds that stop, else the
+// downtime count, at least the kind's floor.
+func downtimeLevel(k traits, cfg config) int32 {
+	if k.onOff {
+		return 0
+	}
+	return max(cfg.downtimeReplicas, k.floor)
 }
 
 // downtime decides for a workload in downtime.
-func downtime(in inputs, cfg config, next time.Time, saved int32, hasSaved bool, hpa, restoreHPA *hpaView) decision {
+func downtime(in inputs, cfg config, grace time.Duration, next time.Time, saved int32, hasSaved bool, hpa, restoreHPA *hpaView) decision {
 	w := in.workload
-	target := cfg.downtimeReplicas
+	k := in.kind
+	target := downtimeLevel(k, cfg)
 	d := decision{state: stateDown, requeueAt: next, saved: saved}
 	if !hasSaved && restoreHPA == nil {
-		if graceEnd := w.created.Add(in.grace); in.now.Before(graceEnd) {
+		if graceEnd := w.created.Add(grace); in.now.Before(graceEnd) {
 			d.state, d.requeueAt = stateGrace, earliest(graceEnd, next)
 			d.events = []eventSpec{{reason: ReasonGracePeriod, action: "Skip", note: fmt.Sprintf(
-				"in downtime, but created less than %s ago; scaling down at %s at the earliest", in.grace, stamp(graceEnd))}}
+				"in downtime, but created less than %s ago; scaling down at %s at the earliest", grace, stamp(graceEnd))}}
 			return d
 		}
 	}
@@ -188,6 +325,9 @@ func downtime(in inputs, cfg config, next time.Time, saved int32, hasSaved bool,
 	// A non-zero downtime count with an autoscaler goes through the autoscaler: it
 	// would undo a change to the replicas, but follows a lower minReplicas.
 	if target > 0 && !hasSaved && (hpa != nil || restoreHPA != nil) {
+		if hpa != nil && !hpa.writable() {
+			return blockedByAutoscaler(hpa)
+		}
 		if hpa != nil && hpa.minReplicas > target {
 			original := hpa.minReplicas
 			d.hpa = &hpaWrite{name: hpa.name, uid: hpa.uid, resourceVersion: hpa.resourceVersion, minReplicas: target, originalMin: &original, next: next}
@@ -199,46 +339,87 @@ func downtime(in inputs, cfg config, next time.Time, saved int32, hasSaved bool,
 		return d
 	}
 
+	write := func(original int32) *workloadWrite {
+		return &workloadWrite{level: target, original: &original, next: next, from: w.level, pausedReplicas: cfg.downtimeReplicas}
+	}
 	switch {
-	case !hasSaved && w.replicas <= target:
-		// Nothing to save: the workload already runs no more than the downtime count.
+	case !hasSaved && w.level <= target:
+		// Nothing to save: the workload already runs no more than the downtime count
+		// (or, for a kind that stops, is stopped already, and stays so after the downtime).
 		d.saved = 0
 	case !hasSaved:
-		original := w.replicas
+		original := w.level
 		d.saved = original
-		d.workload = &workloadWrite{replicas: target, original: &original, next: next}
+		d.workload = write(original)
 		d.actions = append(d.actions, actionScaleDown)
-		d.events = append(d.events, eventSpec{reason: ReasonScaleDown, action: "Scale", note: fmt.Sprintf(
-			"scaled down from %d to %d replicas for the downtime%s; %d will be restored", original, target, until(next), original)})
-	case w.replicas == target:
+		d.events = append(d.events, eventSpec{reason: ReasonScaleDown, action: "Scale", note: scaleDownNote(k, original, target, next)})
+	case w.level == target:
 		if stamp(next) != w.annotations[AnnotationNextTransition] {
 			// The schedule changed under a scaled-down workload: keep the record current.
-			d.workload = &workloadWrite{replicas: target, original: &saved, next: next}
+			d.workload = write(saved)
 		}
 	case withinActedPeriod(w.annotations, in.now):
 		d.state = stateOverride
-		d.events = append(d.events, eventSpec{reason: ReasonManualOverride, action: "Skip", note: fmt.Sprintf(
-			"replicas changed to %d during the downtime: kept until the next transition%s, then %d are restored",
-			w.replicas, at(next), saved)})
+		d.events = append(d.events, eventSpec{reason: ReasonManualOverride, action: "Skip", note: overrideNote(k, w.level, saved, next)})
 	default:
-		// A manual change from an earlier downtime period: this one starts over.
-		d.workload = &workloadWrite{replicas: target, original: &saved, next: next}
+		// A manual change from an earlier downtime period (or a scale-down that was
+		// recorded but not finished): this one starts over.
+		d.workload = write(saved)
 		d.actions = append(d.actions, actionScaleDown)
-		d.events = append(d.events, eventSpec{reason: ReasonScaleDown, action: "Scale", note: fmt.Sprintf(
-			"scaled down from %d to %d replicas for the downtime%s; the saved %d will be restored",
-			w.replicas, target, until(next), saved)})
+		note := fmt.Sprintf("scaled down from %d to %d replicas for the downtime%s; the saved %d will be restored",
+			w.level, target, until(next), saved)
+		if k.onOff {
+			note = scaleDownNote(k, 1, 0, next)
+		}
+		d.events = append(d.events, eventSpec{reason: ReasonScaleDown, action: "Scale", note: note})
 	}
 	return d
 }
 
+func blockedByAutoscaler(hpa *hpaView) decision {
+	why := "has a schedule of its own, which sets its minReplicas"
+	if hpa.controller != nil {
+		why = fmt.Sprintf("is controlled by %s %s, which would undo a change to it", hpa.controller.Kind, hpa.controller.Name)
+	}
+	return decision{state: stateBlocked, events: []eventSpec{{
+		warning: true, reason: ReasonAutoscalerNotWritable, action: "Skip", note: fmt.Sprintf(
+			"not scaled: a non-zero downtime count goes through the autoscaler, but HorizontalPodAutoscaler %s %s; "+
+				"use downtime-replicas 0 (the autoscaler pauses at zero) or schedule the autoscaler's owner", hpa.name, why),
+	}}}
+}
+
+func scaleDownNote(k traits, from, to int32, next time.Time) string {
+	if k.onOff {
+		return fmt.Sprintf("%s for the downtime%s; it will be %s again", k.stopped, until(next), k.running)
+	}
+	return fmt.Sprintf("scaled down from %d to %d replicas for the downtime%s; %d will be restored", from, to, until(next), from)
+}
+
+func overrideNote(k traits, level, saved int32, next time.Time) string {
+	if k.onOff {
+		return fmt.Sprintf("%s again during the downtime: kept until the next transition%s", k.running, at(next))
+	}
+	return fmt.Sprintf("replicas changed to %d during the downtime: kept until the next transition%s, then %d are restored",
+		level, at(next), saved)
+}
+
 // restore scales a workload back up (to count) if the operator saved a count, and
 // gives an autoscaler back its minReplicas if the operator lowered it.
-func restore(d *decision, w workloadView, count int32, hasSaved bool, hpa *hpaView, next time.Time, why string) {
+func restore(d *decision, k traits, w workloadView, count int32, hasSaved bool, hpa *hpaView, next time.Time, why string) {
 	if hasSaved {
-		d.workload = &workloadWrite{replicas: count, next: next}
+		if k.onOff {
+			count = min(count, 1)
+		}
+		d.workload = &workloadWrite{level: count, next: next, from: w.level}
 		d.actions = append(d.actions, actionScaleUp)
-		d.events = append(d.events, eventSpec{reason: ReasonScaleUp, action: "Scale", note: fmt.Sprintf(
-			"restored %d replicas (from %d): %s", count, w.replicas, why)})
+		note := fmt.Sprintf("restored %d replicas (from %d): %s", count, w.level, why)
+		if k.onOff {
+			note = fmt.Sprintf("%s again: %s", k.running, why)
+			if count == 0 {
+				note = fmt.Sprintf("left %s, as it was before the downtime: %s", k.stopped, why)
+			}
+		}
+		d.events = append(d.events, eventSpec{reason: ReasonScaleUp, action: "Scale", note: note})
 	}
 	if hpa != nil {
 		original, _, _ := savedCount(hpa.annotations, AnnotationOriginalMinReplicas)
@@ -251,6 +432,7 @@ func restore(d *decision, w workloadView, count int32, hasSaved bool, hpa *hpaVi
 
 // autoscaler picks the HorizontalPodAutoscaler that targets the workload (nil if none)
 // and reports whether the operator lowered its minReplicas (restore is then that HPA).
+// An HPA the operator may not write is never restored.
 func autoscaler(hpas []hpaView) (hpa, restore *hpaView, err error) {
 	switch len(hpas) {
 	case 0:
@@ -260,6 +442,9 @@ func autoscaler(hpas []hpaView) (hpa, restore *hpaView, err error) {
 		return nil, nil, fmt.Errorf("%d HorizontalPodAutoscalers target this workload, so no replica count would hold", len(hpas))
 	}
 	h := &hpas[0]
+	if !h.writable() {
+		return h, nil, nil
+	}
 	if _, ok, err := savedCount(h.annotations, AnnotationOriginalMinReplicas); err != nil {
 		return nil, nil, fmt.Errorf("HorizontalPodAutoscaler %s: %w", h.name, err)
 	} else if ok {
@@ -297,18 +482,6 @@ func at(t time.Time) string {
 	}
 	return " at " + stamp(t)
 }
-
-// requeueAfter converts a decision's requeue time into a delay; zero means none.
-func requeueAfter(at, now time.Time) time.Duration {
-	if at.IsZero() {
-		return 0
-	}
-	return max(at.Sub(now), minRequeue)
-}
-
-// minRequeue keeps a boundary that has just passed (clock skew, rounding) from
-// producing a zero delay, which would mean no requeue at all.
-const minRequeue = 10 * time.Millisecond
 
 // annotationsFor returns the annotations the operator owns on a workload after write.
 func (w *workloadWrite) annotationsFor() map[string]string {

@@ -55,7 +55,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "outside the uptime a workload is scaled down and its count saved",
 			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: work},
-			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: nextMorning},
+			want: want{state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: nextMorning},
 				reasons: []string{ReasonScaleDown}, note: "from 3 to 0", requeueAt: nextMorning},
 		},
 		{
@@ -66,24 +66,24 @@ func TestDecide(t *testing.T) {
 		{
 			name: "at the uptime the saved count is restored and the record removed",
 			now:  day, replicas: 0, wl: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3"},
-			want: want{state: stateUp, write: &workloadWrite{replicas: 3, next: evening},
+			want: want{state: stateUp, write: &workloadWrite{level: 3, next: evening},
 				reasons: []string{ReasonScaleUp}, note: "restored 3 replicas", requeueAt: evening},
 		},
 		{
 			name: "uptime-replicas replaces the saved count at the restore",
 			now:  day, replicas: 0, wl: map[string]string{AnnotationUptime: work, AnnotationUptimeReplicas: "5", AnnotationOriginalReplicas: "3"},
-			want: want{state: stateUp, write: &workloadWrite{replicas: 5, next: evening}, reasons: []string{ReasonScaleUp}, requeueAt: evening},
+			want: want{state: stateUp, write: &workloadWrite{level: 5, next: evening}, reasons: []string{ReasonScaleUp}, requeueAt: evening},
 		},
 		{
 			name: "downtime wins where it overlaps the uptime",
 			now:  day, replicas: 3, wl: map[string]string{AnnotationUptime: work, AnnotationDowntime: "2024-06-05T00:00:00Z-2024-06-06T00:00:00Z"},
-			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: nextMorning},
+			want: want{state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: nextMorning},
 				reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
 		},
 		{
 			name: "downtime-replicas sets the downtime count",
 			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"},
-			want: want{state: stateDown, write: &workloadWrite{replicas: 1, original: ptr.To[int32](3), next: nextMorning},
+			want: want{state: stateDown, write: &workloadWrite{level: 1, original: ptr.To[int32](3), next: nextMorning},
 				reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
 		},
 		{
@@ -99,7 +99,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "a scaled-down workload whose schedule changed gets its next transition refreshed, silently",
 			now:  night, replicas: 0, wl: map[string]string{AnnotationUptime: "Mon-Fri 09:00-18:00 UTC", AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-06T08:00:00Z"},
-			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: mustTime("2024-06-06T09:00:00Z")},
+			want: want{state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: mustTime("2024-06-06T09:00:00Z")},
 				requeueAt: mustTime("2024-06-06T09:00:00Z")},
 		},
 		{
@@ -110,7 +110,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "a manual scale from an earlier downtime is scaled down again, keeping the saved count",
 			now:  night, replicas: 2, wl: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-04T08:00:00Z"},
-			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: nextMorning},
+			want: want{state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: nextMorning},
 				reasons: []string{ReasonScaleDown}, note: "the saved 3", requeueAt: nextMorning},
 		},
 		{
@@ -126,7 +126,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "exclude keeps a workload up and restores a saved count",
 			now:  night, replicas: 0, wl: map[string]string{AnnotationUptime: work, AnnotationExclude: "true", AnnotationOriginalReplicas: "3"},
-			want: want{state: stateExcluded, write: &workloadWrite{replicas: 3}, reasons: []string{ReasonScaleUp}, note: "excluded"},
+			want: want{state: stateExcluded, write: &workloadWrite{level: 3}, reasons: []string{ReasonScaleUp}, note: "excluded"},
 		},
 		{
 			name: "exclude-until in the future excludes until then",
@@ -136,17 +136,17 @@ func TestDecide(t *testing.T) {
 		{
 			name: "an expired exclude-until no longer excludes",
 			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: work, AnnotationExcludeUntil: "2024-06-05T19:00:00Z"},
-			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
+			want: want{state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
 		},
 		{
 			name: "namespace annotations are the defaults",
 			now:  night, replicas: 3, ns: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"},
-			want: want{state: stateDown, write: &workloadWrite{replicas: 1, original: ptr.To[int32](3), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
+			want: want{state: stateDown, write: &workloadWrite{level: 1, original: ptr.To[int32](3), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
 		},
 		{
 			name: "a workload's schedule replaces the namespace's as a whole, downtime-replicas included",
 			now:  night, replicas: 3, wl: map[string]string{AnnotationDowntime: "Mon-Sun 19:00-20:30 UTC"}, ns: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"},
-			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: mustTime("2024-06-05T20:30:00Z")}, reasons: []string{ReasonScaleDown},
+			want: want{state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: mustTime("2024-06-05T20:30:00Z")}, reasons: []string{ReasonScaleDown},
 				requeueAt: mustTime("2024-06-05T20:30:00Z")},
 		},
 		{
@@ -157,17 +157,17 @@ func TestDecide(t *testing.T) {
 		{
 			name: "a namespace exclusion is overridden by the workload's exclude=false",
 			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: work, AnnotationExclude: "false"}, ns: map[string]string{AnnotationExclude: "true"},
-			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
+			want: want{state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
 		},
 		{
 			name: "removing the schedule restores the saved count and drops the records",
 			now:  night, replicas: 0, wl: map[string]string{AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-06T08:00:00Z"},
-			want: want{state: stateUnmanaged, write: &workloadWrite{replicas: 3}, reasons: []string{ReasonScaleUp}, note: "no schedule applies"},
+			want: want{state: stateUnmanaged, write: &workloadWrite{level: 3}, reasons: []string{ReasonScaleUp}, note: "no schedule applies"},
 		},
 		{
 			name: "a default week frame and zone complete a short schedule",
 			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: "08:00-18:00"}, defaults: schedule.Defaults{TimeZone: "UTC", Weekdays: "Mon-Fri"},
-			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
+			want: want{state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
 		},
 		{
 			name: "a workload controlled by another controller is left alone, with the reason",
@@ -177,8 +177,8 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "a malformed schedule names the element and the reason and scales nothing",
-			now:  night, replicas: 3, wl: map[string]string{AnnotationDowntime: "Mon-Fri 25:00-08:00 UTC"},
-			want: want{state: stateInvalid, reasons: []string{ReasonInvalidSchedule}, note: `phalanks.io/downtime: element 1 "Mon-Fri 25:00-08:00 UTC": start "25:00": hour 25 is out of range 0-24`},
+			now:  night, replicas: 3, wl: map[string]string{AnnotationDowntime: "Mon-Fri 8:00-18:00 UTC"},
+			want: want{state: stateInvalid, reasons: []string{ReasonInvalidSchedule}, note: `phalanks.io/downtime: element 1 "Mon-Fri 8:00-18:00 UTC": start "8:00" is not HH:MM with two digits each`},
 		},
 		{
 			name: "a malformed namespace default names the namespace",
@@ -217,7 +217,7 @@ func TestDecide(t *testing.T) {
 			name: "with an autoscaler a zero downtime count scales the workload to zero, which pauses the autoscaler",
 			now:  night, replicas: 4, wl: map[string]string{AnnotationUptime: work},
 			hpas: []hpaView{{name: "web", minReplicas: 3}},
-			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](4), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
+			want: want{state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](4), next: nextMorning}, reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
 		},
 		{
 			name: "at the uptime a lowered autoscaler gets its minReplicas back",
@@ -235,7 +235,7 @@ func TestDecide(t *testing.T) {
 			name: "the next transition skips a change of one schedule that the other masks",
 			now:  mustTime("2024-12-20T20:00:00Z"), replicas: 3,
 			wl: map[string]string{AnnotationUptime: work, AnnotationDowntime: "2024-12-23T00:00:00Z-2024-12-27T00:00:00Z"},
-			want: want{state: stateDown, write: &workloadWrite{replicas: 0, original: ptr.To[int32](3), next: mustTime("2024-12-27T08:00:00Z")},
+			want: want{state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: mustTime("2024-12-27T08:00:00Z")},
 				reasons: []string{ReasonScaleDown}, requeueAt: mustTime("2024-12-27T08:00:00Z")},
 		},
 	}
@@ -246,10 +246,11 @@ func TestDecide(t *testing.T) {
 				created = longAgo
 			}
 			d := decide(inputs{
-				now: c.now,
-				workload: workloadView{kind: "Deployment", replicas: c.replicas, annotations: c.wl,
+				now:  c.now,
+				kind: deployments.traits,
+				workload: workloadView{level: c.replicas, annotations: c.wl,
 					created: created, controller: c.controller},
-				namespace: "team-a", namespaceAnnotations: c.ns, hpas: c.hpas,
+				layers: []layer{{source: "namespace team-a", annotations: c.ns}}, hpas: c.hpas,
 				defaults: c.defaults, grace: 15 * time.Minute,
 			})
 			if d.state != c.want.state {
@@ -282,7 +283,7 @@ func sameWorkloadWrite(a, b *workloadWrite) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.replicas == b.replicas && ptr.Equal(a.original, b.original) && a.next.Equal(b.next)
+	return a.level == b.level && ptr.Equal(a.original, b.original) && a.next.Equal(b.next)
 }
 
 func sameHPAWrite(a, b *hpaWrite) bool {
@@ -296,20 +297,7 @@ func fmtWrite(w *workloadWrite) any {
 	if w == nil {
 		return nil
 	}
-	return map[string]any{"replicas": w.replicas, "annotations": w.annotationsFor()}
-}
-
-func TestRequeueAfterNeverDropsARequeue(t *testing.T) {
-	now := mustTime("2024-06-05T20:00:00Z")
-	if got := requeueAfter(time.Time{}, now); got != 0 {
-		t.Errorf("no transition: requeue after %s, want none", got)
-	}
-	if got := requeueAfter(now.Add(-time.Second), now); got <= 0 {
-		t.Errorf("a transition just passed: requeue after %s, want a small positive delay", got)
-	}
-	if got := requeueAfter(now.Add(time.Hour), now); got != time.Hour {
-		t.Errorf("requeue after %s, want 1h", got)
-	}
+	return map[string]any{"level": w.level, "annotations": w.annotationsFor()}
 }
 
 func TestFlagDefaultsAreValidatedAtStart(t *testing.T) {
@@ -320,12 +308,33 @@ func TestFlagDefaultsAreValidatedAtStart(t *testing.T) {
 	}{
 		{"an unknown zone", Options{TimeZone: "Mars/Olympus"}, "--scaling-time-zone"},
 		{"a misspelt week frame", Options{Weekdays: "Mon-Fry"}, "--scaling-weekdays"},
+		{"a default uptime that does not parse", Options{DefaultUptime: "Mon-Fri 8:00-18:00 UTC"}, "--default-uptime"},
+		{"a default downtime that does not parse", Options{DefaultDowntime: "sometimes"}, "--default-downtime"},
+		{"default downtime replicas without a default schedule", Options{DefaultDowntimeReplicas: 1}, "needs --default-uptime or --default-downtime"},
+		{"negative default downtime replicas", Options{DefaultDowntime: "always", DefaultDowntimeReplicas: -1}, "--default-downtime-replicas"},
+		{"a namespace selector that does not parse", Options{ExcludeNamespaceSelector: "env in (a"}, "--scaling-exclude-namespace-selector"},
 	} {
-		if _, err := c.o.defaults(); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := c.o.newPolicy(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one naming %s", c.name, err, c.want)
 		}
 	}
-	if d, err := (&Options{TimeZone: "Europe/Berlin", Weekdays: "Mon-Fri"}).defaults(); err != nil || d.TimeZone != "Europe/Berlin" {
-		t.Errorf("valid defaults: %+v, %v", d, err)
+	if p, err := (&Options{TimeZone: "Europe/Berlin", Weekdays: "Mon-Fri"}).newPolicy(); err != nil || p.scheduleDefaults.TimeZone != "Europe/Berlin" {
+		t.Errorf("valid defaults: %+v, %v", p, err)
+	}
+}
+
+func TestKubeSystemAndTheOperatorsNamespaceAreExcludedByDefault(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "phalanks-system")
+	p, err := (&Options{}).newPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ns, want := range map[string]bool{"kube-system": true, "phalanks-system": true, "default": false, "team-a": false} {
+		if got := p.excluded(ns, nil); got != want {
+			t.Errorf("namespace %s excluded = %v, want %v", ns, got, want)
+		}
+	}
+	if p.excluded("team-a", map[string]string{"environment": "production"}) {
+		t.Error("with no selector, labels exclude nothing")
 	}
 }

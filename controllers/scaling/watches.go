@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 
-	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,45 +25,55 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// hpaTargetIndex indexes HorizontalPodAutoscalers that target an apps/v1 workload by
-// "<kind>/<name>" of their target.
+// hpaTargetIndex indexes HorizontalPodAutoscalers by "<group>/<Kind>/<name>" of their
+// target.
 const hpaTargetIndex = "phalanks.io/scale-target"
 
-// targetsApps reports whether an autoscaler targets a kind of the apps group.
-func targetsApps(ref autoscalingv2.CrossVersionObjectReference) bool {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	return err == nil && gv.Group == appsv1.GroupName
-}
+func targetKey(gk schema.GroupKind, name string) string { return gk.Group + "/" + gk.Kind + "/" + name }
 
-// newCache returns the scaler's own cache. Deployments and StatefulSets are watched
-// cluster-wide, but only their identity, spec.replicas, controller reference and
-// phalanks.io annotations are kept, so a cluster full of workloads that never use
-// scheduled scaling costs a few hundred bytes each. The manager's shared cache is left
-// alone: other controllers may need whole Deployments.
-func newCache(mgr manager.Manager) (cache.Cache, error) {
+func namespaceObject() client.Object { return &corev1.Namespace{} }
+func hpaObject() client.Object       { return &autoscalingv2.HorizontalPodAutoscaler{} }
+
+// newCache returns the scaler's own cache. Every kind is watched cluster-wide, but only
+// what decisions read is kept (identity, the controller reference, phalanks.io
+// annotations and the level), so a cluster full of objects that never use scheduled
+// scaling costs a few hundred bytes each. Kinds found at run time keep their metadata
+// alone. The manager's shared cache is left alone: other controllers may need whole
+// objects.
+func newCache(mgr manager.Manager, resources []string) (cache.Cache, error) {
 	// Protobuf halves what the API server spends encoding watch events of built-in kinds.
 	cfg := rest.CopyConfig(mgr.GetConfig())
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	byObject := map[client.Object]cache.ByObject{
+		namespaceObject(): {Transform: slimNamespace},
+		hpaObject():       {Transform: slimHPA},
+	}
+	for _, k := range builtinKinds {
+		// HPAs are always watched (above), for the workloads they target.
+		if k != horizontalPodAutoscalers && slices.Contains(resources, k.resource) {
+			byObject[k.newObject()] = cache.ByObject{Transform: k.transform}
+		}
+	}
+	if slices.Contains(resources, pdbResource) {
+		byObject[&policyv1.PodDisruptionBudget{}] = cache.ByObject{Transform: slimPDB}
+	}
 	c, err := cache.New(cfg, cache.Options{
-		Scheme: mgr.GetScheme(),
-		Mapper: mgr.GetRESTMapper(),
-		ByObject: map[client.Object]cache.ByObject{
-			&appsv1.Deployment{}:                     {Transform: deployments.slim},
-			&appsv1.StatefulSet{}:                    {Transform: statefulSets.slim},
-			&corev1.Namespace{}:                      {Transform: slimNamespace},
-			&autoscalingv2.HorizontalPodAutoscaler{}: {Transform: slimHPA},
-		},
+		Scheme:           mgr.GetScheme(),
+		Mapper:           mgr.GetRESTMapper(),
+		ByObject:         byObject,
+		DefaultTransform: slimDiscovered,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create scaling cache: %w", err)
 	}
-	err = c.IndexField(context.Background(), &autoscalingv2.HorizontalPodAutoscaler{}, hpaTargetIndex, func(o client.Object) []string {
+	err = c.IndexField(context.Background(), hpaObject(), hpaTargetIndex, func(o client.Object) []string {
 		ref := o.(*autoscalingv2.HorizontalPodAutoscaler).Spec.ScaleTargetRef
-		if !targetsApps(ref) {
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err != nil {
 			return nil
 		}
-		return []string{ref.Kind + "/" + ref.Name}
+		return []string{targetKey(schema.GroupKind{Group: gv.Group, Kind: ref.Kind}, ref.Name)}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("index autoscalers by target: %w", err)
@@ -69,29 +81,52 @@ func newCache(mgr manager.Manager) (cache.Cache, error) {
 	return c, nil
 }
 
-// relevant reports whether a workload uses scheduled scaling, itself or through its
-// Namespace.
-func relevant(ctx context.Context, reader client.Reader, o client.Object) bool {
-	if inScope(o.GetAnnotations()) {
-		return true
+// slimDiscovered slims what the cache holds of kinds found at run time: the metadata
+// of objects scaled through /scale and of CRDs, and KEDA ScaledObjects.
+func slimDiscovered(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *metav1.PartialObjectMetadata:
+		return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(o.ObjectMeta)}, nil
+	default:
+		return slimScaledObject(obj)
 	}
-	ns := &corev1.Namespace{}
-	err := reader.Get(ctx, types.NamespacedName{Name: o.GetNamespace()}, ns)
-	return err == nil && namespaceInScope(ns.Annotations)
 }
 
-// workloadPredicate passes events of workloads that use scheduled scaling, and only
-// changes to what decisions read.
-func workloadPredicate(k kind, reader client.Reader) predicate.TypedFuncs[client.Object] {
-	ctx := context.Background()
-	relevant := func(o client.Object) bool { return relevant(ctx, reader, o) }
+// relevantNamespace reports whether a Namespace's annotations or the operator's
+// defaults give schedules to what is in it.
+func relevantNamespace(ns *corev1.Namespace, p *policy) bool {
+	if p.excluded(ns.Name, ns.Labels) {
+		return false
+	}
+	return namespaceInScope(ns.Annotations) || p.defaults != nil
+}
+
+// objectPredicate passes events of objects of kind k that scheduled scaling concerns,
+// and only changes to what decisions read.
+func objectPredicate(k *kind, s *scaler) predicate.TypedFuncs[client.Object] {
+	relevant := func(o client.Object) bool {
+		switch {
+		case k.skip != nil && k.skip(o):
+			return false
+		case k.ownScheduleOnly:
+			_, saved := o.GetAnnotations()[AnnotationOriginalReplicas]
+			return ownSchedule(o.GetAnnotations()) || saved
+		case k.extraLayer != nil || inScope(o.GetAnnotations()):
+			// A ScaledObject may take its schedule from its target: pass them all, they
+			// are few.
+			return true
+		}
+		ns := &corev1.Namespace{}
+		err := s.cache.Get(context.Background(), types.NamespacedName{Name: o.GetNamespace()}, ns)
+		return err == nil && relevantNamespace(ns, s.policy)
+	}
 	return predicate.TypedFuncs[client.Object]{
 		CreateFunc: func(e event.TypedCreateEvent[client.Object]) bool { return relevant(e.Object) },
 		DeleteFunc: func(e event.TypedDeleteEvent[client.Object]) bool { return relevant(e.Object) },
 		UpdateFunc: func(e event.TypedUpdateEvent[client.Object]) bool {
 			old, cur := e.ObjectOld, e.ObjectNew
 			changed := !maps.Equal(old.GetAnnotations(), cur.GetAnnotations()) ||
-				k.replicas(old) != k.replicas(cur) ||
+				old.GetGeneration() != cur.GetGeneration() ||
 				!equality.Semantic.DeepEqual(old.GetOwnerReferences(), cur.GetOwnerReferences()) ||
 				old.GetDeletionTimestamp().IsZero() != cur.GetDeletionTimestamp().IsZero()
 			return changed && (relevant(old) || relevant(cur))
@@ -100,9 +135,9 @@ func workloadPredicate(k kind, reader client.Reader) predicate.TypedFuncs[client
 	}
 }
 
-// namespaceHandler re-decides every workload of kind k in a Namespace whose scheduling
-// defaults changed.
-func namespaceHandler(k kind, reader client.Reader) handler.TypedEventHandler[client.Object, reconcile.Request] {
+// namespaceHandler re-decides every object of kind k in a Namespace whose scheduling
+// annotations or labels changed.
+func namespaceHandler(k *kind, reader client.Reader) handler.TypedEventHandler[client.Object, reconcile.Request] {
 	return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, ns client.Object) []reconcile.Request {
 		list := k.newList()
 		if err := reader.List(ctx, list, client.InNamespace(ns.GetName())); err != nil {
@@ -119,11 +154,11 @@ func namespaceHandler(k kind, reader client.Reader) handler.TypedEventHandler[cl
 	})
 }
 
-// namespacePredicate passes Namespaces whose scheduling annotations changed.
+// namespacePredicate passes Namespaces whose scheduling annotations or labels changed.
 func namespacePredicate() predicate.TypedFuncs[client.Object] {
 	scheduling := func(o client.Object) map[string]string {
 		out := map[string]string{}
-		for _, k := range append(append([]string{}, scheduleGroup...), exclusionGroup...) {
+		for _, k := range userKeys {
 			if v, ok := o.GetAnnotations()[k]; ok {
 				out[k] = v
 			}
@@ -134,25 +169,23 @@ func namespacePredicate() predicate.TypedFuncs[client.Object] {
 		CreateFunc: func(e event.TypedCreateEvent[client.Object]) bool { return namespaceInScope(e.Object.GetAnnotations()) },
 		DeleteFunc: func(event.TypedDeleteEvent[client.Object]) bool { return false },
 		UpdateFunc: func(e event.TypedUpdateEvent[client.Object]) bool {
-			return !maps.Equal(scheduling(e.ObjectOld), scheduling(e.ObjectNew))
+			return !maps.Equal(scheduling(e.ObjectOld), scheduling(e.ObjectNew)) ||
+				!maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
 		},
 		GenericFunc: func(event.TypedGenericEvent[client.Object]) bool { return false },
 	}
 }
 
-// hpaHandler re-decides the workload an autoscaler targets, if it uses scheduled scaling.
-func hpaHandler(k kind, reader client.Reader) handler.TypedEventHandler[client.Object, reconcile.Request] {
-	return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+// hpaHandler re-decides the object of kind k an autoscaler targets.
+func hpaHandler(k *kind) handler.TypedEventHandler[client.Object, reconcile.Request] {
+	gk := k.gvk.GroupKind()
+	return handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		ref := o.(*autoscalingv2.HorizontalPodAutoscaler).Spec.ScaleTargetRef
-		if ref.Kind != k.name || !targetsApps(ref) {
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err != nil || ref.Kind != gk.Kind || gv.Group != gk.Group {
 			return nil
 		}
-		key := types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}
-		target := k.newObject()
-		if err := reader.Get(ctx, key, target); err != nil || !relevant(ctx, reader, target) {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: key}}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
 	})
 }
 
@@ -165,7 +198,8 @@ func hpaPredicate() predicate.TypedFuncs[client.Object] {
 			old := e.ObjectOld.(*autoscalingv2.HorizontalPodAutoscaler)
 			cur := e.ObjectNew.(*autoscalingv2.HorizontalPodAutoscaler)
 			return !maps.Equal(old.Annotations, cur.Annotations) ||
-				!equality.Semantic.DeepEqual(old.Spec, cur.Spec)
+				!equality.Semantic.DeepEqual(old.Spec, cur.Spec) ||
+				!equality.Semantic.DeepEqual(old.OwnerReferences, cur.OwnerReferences)
 		},
 		GenericFunc: func(event.TypedGenericEvent[client.Object]) bool { return false },
 	}

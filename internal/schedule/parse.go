@@ -19,7 +19,7 @@ var (
 	absoluteRange = regexp.MustCompile(`^(` + rfc3339 + `)\s*-\s*(` + rfc3339 + `)$`)
 	timestamp     = regexp.MustCompile(`^` + rfc3339 + `$`)
 	looksAbsolute = regexp.MustCompile(`^\d{4}-`)
-	clockTime     = regexp.MustCompile(`^\d\d:\d\d$`)
+	clockTimeRE   = regexp.MustCompile(`^\d\d:\d\d$`)
 	weekdayRange  = regexp.MustCompile(`^([A-Za-z]+)(?:-([A-Za-z]+))?$`)
 )
 
@@ -29,6 +29,8 @@ var weekdayNames = []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
 // parser parses elements; it resolves the defaults once, on first use.
 type parser struct {
 	defaults Defaults
+	// warning is set by the element being parsed when it was read leniently.
+	warning string
 
 	zone     *time.Location
 	zoneErr  error
@@ -64,6 +66,10 @@ func (p *parser) element(text string) (*recurrence, element, error) {
 		return nil, interval{until: at, hasUntil: true}, nil
 	case looksAbsolute.MatchString(text):
 		e, err := absolute(text)
+		if errors.Is(err, errEmptyRange) {
+			p.warning = err.Error()
+			return nil, constant(false), nil
+		}
 		return nil, e, err
 	}
 	r, err := p.recurring(text)
@@ -102,10 +108,16 @@ func absolute(text string) (element, error) {
 		return nil, fmt.Errorf("end: %w", err)
 	}
 	if !until.After(from) {
-		return nil, fmt.Errorf("end %s is not after start %s", m[2], m[1])
+		return nil, errEmptyRange
 	}
 	return interval{from: from, until: until, hasFrom: true, hasUntil: true}, nil
 }
+
+// errEmptyRange marks an absolute range whose end is not after its start. The peers
+// accept such a range and it never matches there, so Parse reads it the same way and
+// warns.
+var errEmptyRange = errors.New("the end is not after the start, so the range is empty and never matches " +
+	"(as kube-downscaler and GoKubeDownscaler read it)")
 
 // parseTime parses a string that already has the RFC 3339 shape, so only range errors
 // (month 13, hour 25, …) remain.
@@ -142,10 +154,11 @@ func (p *parser) recurring(text string) (*recurrence, error) {
 		return nil, fmt.Errorf("unexpected %q: at most one time zone comes after the time window", fields[at+2])
 	}
 
-	start, end, err := window(fields[at])
+	spans, warning, err := window(fields[at])
 	if err != nil {
 		return nil, err
 	}
+	p.warning = warning
 	var days [7]bool
 	if at == 1 {
 		if days, err = parseWeekdays(fields[0]); err != nil {
@@ -160,52 +173,147 @@ func (p *parser) recurring(text string) (*recurrence, error) {
 	}
 	var loc *time.Location
 	if len(fields) > at+1 {
-		if loc, err = loadZone(fields[at+1]); err != nil {
+		if fields[at+1] == "Local" {
+			// GoKubeDownscaler reads Local as the zone of its own process, which is UTC in
+			// its image; the operator's own zone is nothing a schedule should depend on.
+			loc = time.UTC
+			p.warning = joinWarnings(p.warning, `time zone "Local" is read as UTC, the zone of GoKubeDownscaler's image; name the zone, such as Europe/Berlin`)
+		} else if loc, err = loadZone(fields[at+1]); err != nil {
 			return nil, err
 		}
 	} else if loc, err = p.defaultZone(); err != nil {
 		return nil, err
 	}
-	return &recurrence{days: days, start: start, end: end, loc: loc}, nil
+	return &recurrence{days: days, spans: spans, loc: loc}, nil
 }
 
-// window parses "HH:MM-HH:MM" into minutes of the day; the end may be 24:00.
-func window(s string) (start, end int, err error) {
+func joinWarnings(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// span is a time window on a listed day, in minutes of the day: [start, end), and when
+// end is before start, from start to midnight and on into the next day until end.
+type span struct{ start, end int }
+
+// window parses "HH:MM-HH:MM" into spans; the end may be 24:00.
+//
+// Times are read strictly: hours 00–23, minutes 00–59, and 24:00 only as an end, and a
+// window that starts where it ends is no window. kube-downscaler accepts any two digits
+// (it compares hour*60+minute with the time of day, so 25:00 lies after every time of
+// day), GoKubeDownscaler hours up to 24 and any start (it wraps a window whose start is
+// after its end within the same day). So that a schedule either accepts is never
+// rejected, such a window is read as they read it, and the returned warning says how.
+func window(s string) (spans []span, warning string, err error) {
 	from, to, ok := strings.Cut(s, "-")
 	if !ok {
-		return 0, 0, fmt.Errorf("time window %q: expected HH:MM-HH:MM", s)
+		return nil, "", fmt.Errorf("time window %q: expected HH:MM-HH:MM", s)
 	}
-	if start, err = clock(from); err != nil {
-		return 0, 0, fmt.Errorf("start %w", err)
+	start, err := clock(from)
+	if err != nil {
+		return nil, "", fmt.Errorf("start %w", err)
 	}
-	if end, err = clock(to); err != nil {
-		return 0, 0, fmt.Errorf("end %w", err)
+	end, err := clock(to)
+	if err != nil {
+		return nil, "", fmt.Errorf("end %w", err)
 	}
-	switch start {
-	case minutesPerDay:
-		return 0, 0, errors.New("start 24:00 is the end of the day; use 00:00")
-	case end:
-		return 0, 0, fmt.Errorf("start and end are both %s, so the window is empty; use 00:00-24:00 for a whole day", from)
+	if start.valid(false) && end.valid(true) && start.minutes() != end.minutes() {
+		return []span{{start.minutes(), end.minutes()}}, "", nil
 	}
-	return start, end, nil
+	return lenientWindow(start, end)
 }
 
-// clock parses "HH:MM" with hours 0–24, minutes 0–59 and 24 only as 24:00.
-func clock(s string) (int, error) {
-	if !clockTime.MatchString(s) {
-		return 0, fmt.Errorf("%q is not HH:MM with two digits each", s)
+// lenientWindow reads a window the strict reading rejects as the peers do: as
+// GoKubeDownscaler when it accepts both times (hours up to 24, minutes up to 59), else as
+// kube-downscaler. Either way the result lies within one day.
+func lenientWindow(start, end clockTime) ([]span, string, error) {
+	a, b := start.minutes(), end.minutes()
+	peer := "kube-downscaler"
+	var spans []span
+	add := func(from, to int) {
+		from, to = min(from, minutesPerDay), min(to, minutesPerDay)
+		if from < to {
+			spans = append(spans, span{from, to})
+		}
 	}
-	h := int(s[0]-'0')*10 + int(s[1]-'0')
-	m := int(s[3]-'0')*10 + int(s[4]-'0')
 	switch {
-	case h > 24:
-		return 0, fmt.Errorf("%q: hour %d is out of range 0-24", s, h)
-	case m > 59:
-		return 0, fmt.Errorf("%q: minute %d is out of range 0-59", s, m)
-	case h == 24 && m != 0:
-		return 0, fmt.Errorf("%q: 24 is only valid as 24:00, the end of the day", s)
+	case start.goAccepts() && end.goAccepts() && a > b:
+		peer = "GoKubeDownscaler"
+		add(a, minutesPerDay)
+		add(0, b)
+	case start.goAccepts() && end.goAccepts():
+		peer = "kube-downscaler and GoKubeDownscaler"
+		add(a, b)
+	default:
+		add(a, b)
 	}
-	return h*60 + m, nil
+	meaning := "never matches"
+	if len(spans) > 0 {
+		var parts []string
+		for _, sp := range spans {
+			parts = append(parts, formatMinutes(sp.start)+"-"+formatMinutes(sp.end))
+		}
+		meaning = "is " + strings.Join(parts, " and ") + " on the listed days"
+	}
+	verb := "reads"
+	if strings.Contains(peer, " and ") {
+		verb = "read"
+	}
+	return spans, fmt.Sprintf("%s-%s %s, as %s %s it (%s)", start.text, end.text, meaning, peer, verb, strictReason(start, end)), nil
+}
+
+// strictReason says why the strict reading rejects a window.
+func strictReason(start, end clockTime) string {
+	var reasons []string
+	switch {
+	case start.m > 59:
+		reasons = append(reasons, fmt.Sprintf("minute %d of the start is out of range 0-59", start.m))
+	case start.h == 24 && start.m == 0:
+		reasons = append(reasons, "24:00 is the end of the day, not a start; use 00:00")
+	case start.h > 23:
+		reasons = append(reasons, fmt.Sprintf("hour %d of the start is out of range 0-23", start.h))
+	}
+	switch {
+	case end.m > 59:
+		reasons = append(reasons, fmt.Sprintf("minute %d of the end is out of range 0-59", end.m))
+	case end.h == 24 && end.m != 0:
+		reasons = append(reasons, "an end hour of 24 is only valid as 24:00")
+	case end.h > 24:
+		reasons = append(reasons, fmt.Sprintf("hour %d of the end is out of range 0-24", end.h))
+	}
+	if len(reasons) == 0 {
+		return "start and end are the same, so the window is empty; 00:00-24:00 is a whole day"
+	}
+	return strings.Join(reasons, "; ")
+}
+
+func formatMinutes(m int) string { return fmt.Sprintf("%02d:%02d", m/60, m%60) }
+
+// clockTime is an HH:MM as written: any two digits each.
+type clockTime struct {
+	text string
+	h, m int
+}
+
+func (c clockTime) minutes() int { return c.h*60 + c.m }
+
+// valid reports whether the strict reading accepts the time: 00:00–23:59, or 24:00 as
+// an end.
+func (c clockTime) valid(end bool) bool {
+	return c.h < 24 && c.m < 60 || end && c.h == 24 && c.m == 0
+}
+
+// goAccepts reports whether GoKubeDownscaler accepts the time: hours 0–24, minutes 0–59.
+func (c clockTime) goAccepts() bool { return c.h <= 24 && c.m < 60 }
+
+// clock parses "HH:MM" with two digits each; which values are valid is window's concern.
+func clock(s string) (clockTime, error) {
+	if !clockTimeRE.MatchString(s) {
+		return clockTime{}, fmt.Errorf("%q is not HH:MM with two digits each", s)
+	}
+	return clockTime{text: s, h: int(s[0]-'0')*10 + int(s[1]-'0'), m: int(s[3]-'0')*10 + int(s[4]-'0')}, nil
 }
 
 // parseWeekdays parses "Mon-Fri" (inclusive, may wrap: "Sat-Mon") or a single "Sat".

@@ -20,28 +20,30 @@ type weekly struct {
 	edges []int
 }
 
-// recurrence is one parsed recurring element, "days start-end loc", with start and end
-// in minutes of the day (end may be 24:00).
+// recurrence is one parsed recurring element, "days start-end loc": the spans of each
+// listed day it covers (usually one).
 type recurrence struct {
-	days       [7]bool
-	start, end int
-	loc        *time.Location
+	days  [7]bool
+	spans []span
+	loc   *time.Location
 }
 
-// add covers the minutes of r. A reversed window (end before start) starts on each
-// listed day and runs past midnight into the next day: the part after midnight belongs
-// to the day the window started on.
+// add covers the minutes of r. A reversed span (end before start) starts on each listed
+// day and runs past midnight into the next day: the part after midnight belongs to the
+// day the window started on.
 func (w *weekly) add(r recurrence) {
 	for d, on := range r.days {
 		if !on {
 			continue
 		}
-		from, to := d*minutesPerDay+r.start, d*minutesPerDay+r.end
-		if r.end < r.start {
-			to += minutesPerDay
-		}
-		for m := from; m < to; m++ {
-			w.set(m % minutesPerWeek)
+		for _, sp := range r.spans {
+			from, to := d*minutesPerDay+sp.start, d*minutesPerDay+sp.end
+			if sp.end < sp.start {
+				to += minutesPerDay
+			}
+			for m := from; m < to; m++ {
+				w.set(m % minutesPerWeek)
+			}
 		}
 	}
 }

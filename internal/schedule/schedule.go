@@ -1,5 +1,7 @@
 // Package schedule parses and evaluates the working-hours schedules of scheduled scaling:
-// a comma-separated list of elements in the kube-downscaler grammar, made strict.
+// a comma-separated list of elements in the kube-downscaler grammar, made strict. What
+// the strict reading rejects but kube-downscaler or GoKubeDownscaler accept is read as
+// they read it, with a warning (see Schedule.Warnings).
 //
 //	Mon-Fri 07:30-20:30 Europe/Berlin        recurring, weekday range and time window in a zone
 //	Sat-Mon 22:00-06:00 UTC                  ranges may wrap; a reversed window runs past midnight
@@ -17,8 +19,9 @@ import (
 	"time"
 )
 
-// maxElements bounds the work one annotation can cause.
-const maxElements = 64
+// maxElements bounds the work one annotation can cause. The peers set no bound; a
+// thousand absolute ranges is more than a list of holidays needs.
+const maxElements = 1000
 
 // lookahead is how long Next follows recurring boundaries that leave the schedule
 // unchanged before it concludes that, until the next absolute boundary, nothing will
@@ -34,6 +37,17 @@ type Defaults struct{ TimeZone, Weekdays string }
 // Schedule is a parsed schedule. The nil Schedule contains no instant.
 type Schedule struct {
 	elements []element
+	warnings []string
+}
+
+// Warnings lists the elements read leniently, as kube-downscaler or GoKubeDownscaler
+// read them, where the strict reading would have rejected them: each names the element
+// and says how it was read.
+func (s *Schedule) Warnings() []string {
+	if s == nil {
+		return nil
+	}
+	return s.warnings
 }
 
 // element is one comma-separated part of a schedule.
@@ -62,10 +76,15 @@ func Parse(spec string, d Defaults) (*Schedule, error) {
 	var problems []string
 	for i, part := range parts {
 		text := strings.TrimSpace(part)
+		p.warning = ""
 		r, e, err := p.element(text)
+		name := "element " + strconv.Itoa(i+1) + " " + strconv.Quote(text) + ": "
 		if err != nil {
-			problems = append(problems, "element "+strconv.Itoa(i+1)+" "+strconv.Quote(text)+": "+err.Error())
+			problems = append(problems, name+err.Error())
 			continue
+		}
+		if p.warning != "" {
+			s.warnings = append(s.warnings, name+p.warning)
 		}
 		if r != nil {
 			weeklyFor(&byZone, r.loc).add(*r)

@@ -1,5 +1,3 @@
-// Package scaling_test checks scheduled scaling against the real HorizontalPodAutoscaler
-// controller of a local control plane.
 package scaling_test
 
 import (
@@ -12,66 +10,18 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
-	"github.com/phalanks/phalanks-operator/test/harness/cluster"
 )
 
-// TestAnAutoscalerPausesWhileItsTargetIsScaledToZero scales an autoscaled Deployment
-// to zero for a downtime and checks that kube-controller-manager's HPA controller
-// reports scaling disabled and leaves the count at zero, then resumes after the
-// restore: the operator and the autoscaler do not fight.
-func TestAnAutoscalerPausesWhileItsTargetIsScaledToZero(t *testing.T) {
-	g := NewWithT(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Dir: t.TempDir()})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(c.Stop)
-
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	k8s, err := client.New(c.Config, client.Options{Scheme: s})
-	g.Expect(err).NotTo(HaveOccurred())
-	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
-		Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-	})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(scaling.SetupWithManager(mgr, scaling.Options{Concurrency: 1})).To(Succeed())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
-
-	labels := map[string]string{"app": "web"}
-	web := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](3),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
-			},
-		},
-	}
-	g.Expect(k8s.Create(ctx, web)).To(Succeed())
-	hpa := &autoscalingv2.HorizontalPodAutoscaler{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+func newHPA(t *testing.T, ns, name, target string, minReplicas int32, annotations map[string]string) *autoscalingv2.HorizontalPodAutoscaler {
+	t.Helper()
+	h := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
 		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
-			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
-			MinReplicas:    ptr.To[int32](2),
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: target},
+			MinReplicas:    ptr.To(minReplicas),
 			MaxReplicas:    5,
 			Metrics: []autoscalingv2.MetricSpec{{
 				Type: autoscalingv2.ResourceMetricSourceType,
@@ -82,54 +32,101 @@ func TestAnAutoscalerPausesWhileItsTargetIsScaledToZero(t *testing.T) {
 			}},
 		},
 	}
-	g.Expect(k8s.Create(ctx, hpa)).To(Succeed())
-	replicas := func(g Gomega) int32 {
-		live := &appsv1.Deployment{}
-		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(web), live)).To(Succeed())
-		return ptr.Deref(live.Spec.Replicas, -1)
-	}
-	scalingActive := func(g Gomega) string {
-		live := &autoscalingv2.HorizontalPodAutoscaler{}
-		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(hpa), live)).To(Succeed())
-		for _, c := range live.Status.Conditions {
-			if c.Type == autoscalingv2.ScalingActive {
-				return string(c.Status) + "/" + c.Reason
-			}
+	NewWithT(t).Expect(admin.Create(context.Background(), h)).To(Succeed())
+	return h
+}
+
+func scalingActive(g Gomega, hpa *autoscalingv2.HorizontalPodAutoscaler) string {
+	for _, c := range live(hpa)(g).Status.Conditions {
+		if c.Type == autoscalingv2.ScalingActive {
+			return string(c.Status) + "/" + c.Reason
 		}
-		return ""
 	}
+	return ""
+}
+
+// TestAnAutoscalerPausesWhileItsTargetIsScaledToZero scales an autoscaled Deployment
+// to zero for a downtime and checks that kube-controller-manager's HPA controller
+// reports scaling disabled and leaves the count at zero, then resumes after the
+// restore: the operator and the autoscaler do not fight.
+func TestAnAutoscalerPausesWhileItsTargetIsScaledToZero(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	startOperator(t, scaling.Options{})
+	web := newDeployment(t, ns, "web", 3, nil)
+	hpa := newHPA(t, ns, "web", "web", 2, nil)
+	replicas := func(g Gomega) int32 { return ptr.Deref(live(web)(g).Spec.Replicas, -1) }
+	active := func(g Gomega) string { return scalingActive(g, hpa) }
+
 	// The autoscaler has looked at its target (there is no metrics API here, so it
 	// cannot compute a count, but it is active).
-	g.Eventually(scalingActive).WithTimeout(2 * time.Minute).ShouldNot(BeEmpty())
-	g.Expect(scalingActive(g)).NotTo(Equal("False/ScalingDisabled"))
+	g.Eventually(active).WithTimeout(timeout).ShouldNot(BeEmpty())
+	g.Expect(active(g)).NotTo(Equal("False/ScalingDisabled"))
 
-	setDowntime := func(value string) {
-		g.Eventually(func(g Gomega) {
-			live := &appsv1.Deployment{}
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(web), live)).To(Succeed())
-			a := live.GetAnnotations()
-			if a == nil {
-				a = map[string]string{}
-			}
-			if value == "" {
-				delete(a, scaling.AnnotationDowntime)
-			} else {
-				a[scaling.AnnotationDowntime] = value
-			}
-			live.SetAnnotations(a)
-			g.Expect(k8s.Update(ctx, live)).To(Succeed())
-		}).Should(Succeed())
-	}
-	setDowntime("always")
-	g.Eventually(replicas).WithTimeout(time.Minute).Should(BeEquivalentTo(0))
-	g.Eventually(scalingActive).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Equal("False/ScalingDisabled"))
+	annotate(g, web, map[string]string{scaling.AnnotationDowntime: "always"})
+	g.Eventually(replicas).WithTimeout(timeout).Should(BeEquivalentTo(0))
+	g.Eventually(active).WithTimeout(timeout).WithPolling(time.Second).Should(Equal("False/ScalingDisabled"))
 	g.Consistently(replicas).WithTimeout(5*time.Second).WithPolling(time.Second).Should(BeEquivalentTo(0),
 		"the autoscaler must not scale a paused target back up")
-	live := &autoscalingv2.HorizontalPodAutoscaler{}
-	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(hpa), live)).To(Succeed())
-	g.Expect(live.Spec.MinReplicas).To(Equal(ptr.To[int32](2)), "the autoscaler itself is not touched")
+	g.Expect(live(hpa)(g).Spec.MinReplicas).To(Equal(ptr.To[int32](2)), "the autoscaler itself is not touched")
 
-	setDowntime("")
-	g.Eventually(replicas).WithTimeout(time.Minute).Should(BeEquivalentTo(3))
-	g.Eventually(scalingActive).WithTimeout(2 * time.Minute).WithPolling(time.Second).ShouldNot(Equal("False/ScalingDisabled"))
+	annotate(g, web, map[string]string{scaling.AnnotationDowntime: ""})
+	g.Eventually(replicas).WithTimeout(timeout).Should(BeEquivalentTo(3))
+	g.Eventually(active).WithTimeout(timeout).WithPolling(time.Second).ShouldNot(Equal("False/ScalingDisabled"))
+}
+
+// TestAnAutoscalerWithItsOwnScheduleHasItsMinReplicasLowered schedules an HPA itself:
+// its minReplicas goes to the downtime count (at least 1) and comes back exactly, with
+// next-transition on it, while the real HPA controller runs it.
+func TestAnAutoscalerWithItsOwnScheduleHasItsMinReplicasLowered(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	startOperator(t, scaling.Options{})
+	web := newDeployment(t, ns, "web", 4, nil)
+	hpa := newHPA(t, ns, "web", "web", 4, nil)
+	spec, next := downtimeForAnHour()
+
+	annotate(g, hpa, map[string]string{scaling.AnnotationDowntime: spec})
+	g.Eventually(func(g Gomega) *autoscalingv2.HorizontalPodAutoscaler { return live(hpa)(g) }).WithTimeout(timeout).Should(And(
+		HaveField("Spec.MinReplicas", HaveValue(BeEquivalentTo(1))),
+		HaveField("Annotations", HaveKeyWithValue(scaling.AnnotationOriginalReplicas, "4")),
+		HaveField("Annotations", HaveKeyWithValue(scaling.AnnotationNextTransition, next)),
+	), "minReplicas cannot go below 1, whatever downtime-replicas says")
+	g.Expect(writtenBy(scaling.FieldManager)(live(web)(g))).To(BeFalse(), "the target is the autoscaler's to scale")
+
+	annotate(g, hpa, map[string]string{scaling.AnnotationDowntime: ""})
+	g.Eventually(func(g Gomega) *autoscalingv2.HorizontalPodAutoscaler { return live(hpa)(g) }).WithTimeout(timeout).Should(And(
+		HaveField("Spec.MinReplicas", HaveValue(BeEquivalentTo(4))),
+		HaveField("Annotations", Not(HaveKey(scaling.AnnotationOriginalReplicas))),
+	))
+}
+
+// TestAnAutoscalerControlledByAnotherObjectIsNeverWritten: an HPA with a controller
+// owner reference belongs to that owner (KEDA's keda-hpa-*, say). With a non-zero
+// downtime count, which would go through the autoscaler, the workload is reported and
+// not scaled, and the HPA is never written.
+func TestAnAutoscalerControlledByAnotherObjectIsNeverWritten(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "autoscaling-operator"}}
+	g.Expect(admin.Create(context.Background(), owner)).To(Succeed())
+	startOperator(t, scaling.Options{})
+	web := newDeployment(t, ns, "web", 4, nil)
+	hpa := newHPA(t, ns, "web", "web", 3, nil)
+	hpa.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}
+	g.Expect(admin.Update(context.Background(), hpa)).To(Succeed())
+
+	annotate(g, web, map[string]string{scaling.AnnotationDowntime: "always", scaling.AnnotationDowntimeReplicas: "1"})
+	g.Eventually(notes(web, scaling.ReasonAutoscalerNotWritable)).WithTimeout(timeout).Should(ContainElement(
+		ContainSubstring("HorizontalPodAutoscaler web is controlled by ConfigMap autoscaling-operator")))
+	g.Consistently(func(g Gomega) bool { return writtenBy(scaling.FieldManager)(live(hpa)(g)) }).
+		WithTimeout(5 * time.Second).WithPolling(time.Second).Should(BeFalse())
+	g.Expect(live(web)(g).Spec.Replicas).To(HaveValue(BeEquivalentTo(4)))
+
+	// A zero downtime count scales the workload instead, which pauses the autoscaler
+	// without writing it.
+	annotate(g, web, map[string]string{scaling.AnnotationDowntimeReplicas: ""})
+	g.Eventually(func(g Gomega) *appsv1.Deployment { return live(web)(g) }).WithTimeout(timeout).
+		Should(HaveField("Spec.Replicas", HaveValue(BeEquivalentTo(0))))
+	g.Expect(writtenBy(scaling.FieldManager)(live(hpa)(g))).To(BeFalse())
 }

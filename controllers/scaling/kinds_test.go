@@ -1,0 +1,274 @@
+package scaling
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// TestDecideForEveryKind covers what differs between kinds and the policy around the
+// shared decision: kinds that stop rather than count, floors, schedules taken from
+// elsewhere, autoscalers the operator may not write, and the flags' exclusions.
+func TestDecideForEveryKind(t *testing.T) {
+	const work = "Mon-Fri 08:00-18:00 UTC"
+	night := mustTime("2024-06-05T20:00:00Z")
+	day := mustTime("2024-06-05T10:00:00Z")
+	nextMorning := mustTime("2024-06-06T08:00:00Z")
+	keda := &metav1.OwnerReference{APIVersion: "keda.sh/v1alpha1", Kind: "ScaledObject", Name: "web", Controller: ptr.To(true)}
+	other := &metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Autoscaler", Name: "web", Controller: ptr.To(true)}
+	cases := []struct {
+		name     string
+		kind     traits
+		now      time.Time
+		level    int32
+		created  time.Time
+		own      map[string]string
+		layers   []layer
+		hpas     []hpaView
+		delegate string
+		excluded bool
+		// want
+		state     state
+		write     *workloadWrite
+		paused    int32
+		reasons   string
+		note      string
+		requeueAt time.Time
+		dryRun    bool
+	}{
+		{
+			name: "a running CronJob is suspended for the downtime, whatever downtime-replicas says",
+			kind: cronJobs.traits, now: night, level: 1, own: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "3"},
+			state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](1), next: nextMorning},
+			reasons: ReasonScaleDown, note: "suspended (spec.suspend: true) for the downtime until 2024-06-06T08:00:00Z", requeueAt: nextMorning,
+		},
+		{
+			name: "a CronJob the user suspended is left as it is: nothing to restore",
+			kind: cronJobs.traits, now: night, level: 0, own: map[string]string{AnnotationUptime: work},
+			state: stateDown, requeueAt: nextMorning,
+		},
+		{
+			name: "a suspended CronJob runs again at the uptime",
+			kind: cronJobs.traits, now: day, level: 0, own: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "1"},
+			state: stateUp, write: &workloadWrite{level: 1, next: mustTime("2024-06-05T18:00:00Z")},
+			reasons: ReasonScaleUp, note: "not suspended (spec.suspend: false) again", requeueAt: mustTime("2024-06-05T18:00:00Z"),
+		},
+		{
+			name: "a DaemonSet unsuspended by hand during its downtime is kept so until the transition",
+			kind: daemonSets.traits, now: night, level: 1,
+			own:   map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "1", AnnotationNextTransition: "2024-06-06T08:00:00Z"},
+			state: stateOverride, reasons: ReasonManualOverride, note: "on its nodes", requeueAt: nextMorning,
+		},
+		{
+			name: "an HPA's minReplicas stops at 1",
+			kind: horizontalPodAutoscalers.traits, now: night, level: 4, own: map[string]string{AnnotationUptime: work},
+			state: stateDown, write: &workloadWrite{level: 1, original: ptr.To[int32](4), next: nextMorning}, reasons: ReasonScaleDown, requeueAt: nextMorning,
+		},
+		{
+			name: "an HPA without a schedule of its own is left to the workload it targets",
+			kind: horizontalPodAutoscalers.traits, now: night, level: 4, layers: []layer{{source: "namespace a", annotations: map[string]string{AnnotationUptime: work}}},
+			state: stateUnmanaged,
+		},
+		{
+			name: "a ScaledObject takes the schedule of the workload it scales, and pauses at its downtime count",
+			kind: scaledObjectKind(nil).traits, now: night, level: 1,
+			layers: []layer{{source: "Deployment web", annotations: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "2"}}},
+			state:  stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](1), next: nextMorning}, paused: 2,
+			reasons: ReasonScaleDown, requeueAt: nextMorning,
+		},
+		{
+			name: "a workload a ScaledObject scales is left to it, and what was saved is restored",
+			kind: deployments.traits, now: night, level: 0, own: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3"}, delegate: "web",
+			state: stateDelegated, write: &workloadWrite{level: 3}, reasons: ReasonScaledThroughAutoscaler + "," + ReasonScaleUp,
+		},
+		{
+			name: "an HPA that KEDA controls blocks the workload, whatever the count",
+			kind: deployments.traits, now: night, level: 3, own: map[string]string{AnnotationUptime: work},
+			hpas:  []hpaView{{name: "keda-hpa-web", minReplicas: 2, controller: keda}},
+			state: stateBlocked, reasons: ReasonAutoscalerNotWritable, note: "enable scaledobjects.keda.sh",
+		},
+		{
+			name: "an HPA another controller owns blocks a non-zero downtime count",
+			kind: deployments.traits, now: night, level: 3, own: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"},
+			hpas:  []hpaView{{name: "web", minReplicas: 2, controller: other}},
+			state: stateBlocked, reasons: ReasonAutoscalerNotWritable, note: "is controlled by Autoscaler web",
+		},
+		{
+			name: "an HPA another controller owns still lets a zero downtime count scale the workload",
+			kind: deployments.traits, now: night, level: 3, own: map[string]string{AnnotationUptime: work},
+			hpas:  []hpaView{{name: "web", minReplicas: 2, controller: other}},
+			state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: nextMorning}, reasons: ReasonScaleDown, requeueAt: nextMorning,
+		},
+		{
+			name: "an HPA with its own schedule blocks a non-zero downtime count",
+			kind: deployments.traits, now: night, level: 3, own: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"},
+			hpas:  []hpaView{{name: "web", minReplicas: 2, scheduled: true}},
+			state: stateBlocked, reasons: ReasonAutoscalerNotWritable, note: "has a schedule of its own",
+		},
+		{
+			name: "an excluded namespace restores what was saved",
+			kind: deployments.traits, now: night, level: 0, own: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3"}, excluded: true,
+			state: stateExcluded, write: &workloadWrite{level: 3}, reasons: ReasonScaleUp, note: "its namespace is excluded",
+		},
+		{
+			name: "force-downtime true scales down in working hours, with no end",
+			kind: deployments.traits, now: day, level: 3, own: map[string]string{AnnotationUptime: work, AnnotationForceDowntime: "true"},
+			state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3)}, reasons: ReasonScaleDown, note: "(no end scheduled)",
+		},
+		{
+			name: "force-uptime wins over force-downtime",
+			kind: deployments.traits, now: night, level: 3,
+			own:    map[string]string{AnnotationUptime: work, AnnotationForceUptime: "true"},
+			layers: []layer{{source: "namespace a", annotations: map[string]string{AnnotationForceDowntime: "true"}}},
+			state:  stateUp,
+		},
+		{
+			name: "a namespace's force-downtime applies to its workloads",
+			kind: deployments.traits, now: day, level: 3, own: map[string]string{AnnotationUptime: work},
+			layers: []layer{{source: "namespace a", annotations: map[string]string{AnnotationForceDowntime: "Wed 09:00-12:00 UTC"}}},
+			state:  stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: mustTime("2024-06-05T12:00:00Z")},
+			reasons: ReasonScaleDown, requeueAt: mustTime("2024-06-05T12:00:00Z"),
+		},
+		{
+			name: "a workload's grace-period replaces the operator's",
+			kind: deployments.traits, now: night, level: 3, created: night.Add(-30 * time.Minute),
+			own:   map[string]string{AnnotationUptime: work, AnnotationGracePeriod: "1h"},
+			state: stateGrace, reasons: ReasonGracePeriod, requeueAt: night.Add(30 * time.Minute),
+		},
+		{
+			name: "a malformed grace-period is invalid",
+			kind: deployments.traits, now: night, level: 3, own: map[string]string{AnnotationUptime: work, AnnotationGracePeriod: "soon"},
+			state: stateInvalid, reasons: ReasonInvalidSchedule, note: "grace-period",
+		},
+		{
+			name: "dry-run on the namespace decides but marks the decision unwritten",
+			kind: deployments.traits, now: night, level: 3, own: map[string]string{AnnotationUptime: work},
+			layers: []layer{{source: "namespace a", annotations: map[string]string{AnnotationDryRun: "true"}}},
+			state:  stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: nextMorning}, reasons: ReasonScaleDown, requeueAt: nextMorning, dryRun: true,
+		},
+		{
+			name: "the operator's defaults schedule a workload that neither it nor its namespace schedules",
+			kind: statefulSets.traits, now: night, level: 2,
+			layers: []layer{{source: "namespace a"}, {source: "the operator's defaults", annotations: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"}}},
+			state:  stateDown, write: &workloadWrite{level: 1, original: ptr.To[int32](2), next: nextMorning}, reasons: ReasonScaleDown, requeueAt: nextMorning,
+		},
+		{
+			name: "a schedule the peers read differently is followed with their meaning and a warning",
+			kind: deployments.traits, now: night, level: 3, own: map[string]string{AnnotationDowntime: "Mon-Sun 19:00-19:00 UTC"},
+			state: stateUp, reasons: ReasonScheduleReadAsPeers, note: "never matches",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			created := c.created
+			if created.IsZero() {
+				created = mustTime("2024-01-01T00:00:00Z")
+			}
+			d := decide(inputs{
+				now: c.now, kind: c.kind,
+				workload: workloadView{level: c.level, annotations: c.own, created: created},
+				layers:   c.layers, hpas: c.hpas, delegate: c.delegate, namespaceExcluded: c.excluded,
+				grace: 15 * time.Minute,
+			})
+			if d.state != c.state {
+				t.Errorf("state = %q, want %q", d.state, c.state)
+			}
+			if !sameWorkloadWrite(d.workload, c.write) {
+				t.Errorf("write = %+v, want %+v", fmtWrite(d.workload), fmtWrite(c.write))
+			}
+			if c.paused != 0 && d.workload != nil && d.workload.pausedReplicas != c.paused {
+				t.Errorf("paused replicas = %d, want %d", d.workload.pausedReplicas, c.paused)
+			}
+			var reasons []string
+			for _, e := range d.events {
+				reasons = append(reasons, e.reason)
+			}
+			if strings.Join(reasons, ",") != c.reasons {
+				t.Errorf("event reasons = %v, want %s", reasons, c.reasons)
+			}
+			if c.note != "" && (len(d.events) == 0 || !strings.Contains(d.events[0].note, c.note)) {
+				t.Errorf("events %+v do not say %q", d.events, c.note)
+			}
+			if !d.requeueAt.Equal(c.requeueAt) {
+				t.Errorf("requeue at %s, want %s", d.requeueAt, c.requeueAt)
+			}
+			if d.dryRun != c.dryRun {
+				t.Errorf("dry run = %v, want %v", d.dryRun, c.dryRun)
+			}
+		})
+	}
+}
+
+func TestDecidePDB(t *testing.T) {
+	two, half := intstr.FromInt32(2), intstr.FromString("50%")
+	down := func(name string) coveredWorkload {
+		return coveredWorkload{kind: "Deployment", name: name, level: 1, annotations: map[string]string{
+			AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-06T08:00:00Z"}}
+	}
+	up := coveredWorkload{kind: "Deployment", name: "api", level: 3}
+	relaxedMin := map[string]string{AnnotationOriginalMinAvailable: "2", AnnotationNextTransition: "2024-06-06T08:00:00Z"}
+	cases := []struct {
+		name    string
+		in      pdbInputs
+		state   state
+		min     *intstr.IntOrString
+		max     *intstr.IntOrString
+		saved   map[string]string
+		next    string
+		reasons string
+	}{
+		{"relaxes minAvailable while its workload is scaled down", pdbInputs{pdb: pdbView{minAvailable: &two}, covered: []coveredWorkload{down("web")}},
+			stateDown, &relaxedMinAvailable, nil, map[string]string{AnnotationOriginalMinAvailable: "2"}, "2024-06-06T08:00:00Z", ReasonScaleDown},
+		{"relaxes maxUnavailable, percentages included", pdbInputs{pdb: pdbView{maxUnavailable: &half}, covered: []coveredWorkload{down("web")}},
+			stateDown, nil, &relaxedMaxUnavailable, map[string]string{AnnotationOriginalMaxUnavailable: "50%"}, "2024-06-06T08:00:00Z", ReasonScaleDown},
+		{"is not relaxed while one of its workloads runs", pdbInputs{pdb: pdbView{minAvailable: &two}, covered: []coveredWorkload{down("web"), up}},
+			stateUp, nil, nil, nil, "", ""},
+		{"selecting no workload, it is none of the operator's business", pdbInputs{pdb: pdbView{minAvailable: &two}},
+			stateUnmanaged, nil, nil, nil, "", ""},
+		{"is restored exactly when its workload comes back", pdbInputs{pdb: pdbView{minAvailable: &relaxedMinAvailable, annotations: relaxedMin}, covered: []coveredWorkload{up}},
+			stateUp, &two, nil, nil, "", ReasonScaleUp},
+		{"is restored when excluded", pdbInputs{pdb: pdbView{minAvailable: &relaxedMinAvailable, annotations: relaxedMin}, covered: []coveredWorkload{down("web")}, excluded: true},
+			stateUp, &two, nil, nil, "", ReasonScaleUp},
+		{"stays relaxed, silently, while nothing changes", pdbInputs{pdb: pdbView{minAvailable: &relaxedMinAvailable, annotations: relaxedMin}, covered: []coveredWorkload{down("web")}},
+			stateDown, nil, nil, nil, "", ""},
+		{"is never written when another controller owns it", pdbInputs{pdb: pdbView{minAvailable: &two, controller: &metav1.OwnerReference{Kind: "Operator", Name: "db"}}, covered: []coveredWorkload{down("web")}},
+			stateOwned, nil, nil, nil, "", ReasonControlledByOwner},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, w, events := decidePDB(c.in)
+			if st != c.state {
+				t.Errorf("state = %q, want %q", st, c.state)
+			}
+			var reasons []string
+			for _, e := range events {
+				reasons = append(reasons, e.reason)
+			}
+			if strings.Join(reasons, ",") != c.reasons {
+				t.Errorf("reasons %v, want %q", reasons, c.reasons)
+			}
+			if (w == nil) != (c.min == nil && c.max == nil) {
+				t.Fatalf("write %+v, want minAvailable %v maxUnavailable %v", w, c.min, c.max)
+			}
+			if w == nil {
+				return
+			}
+			if !ptr.Equal(w.minAvailable, c.min) || !ptr.Equal(w.maxUnavailable, c.max) {
+				t.Errorf("write minAvailable %v maxUnavailable %v, want %v %v", w.minAvailable, w.maxUnavailable, c.min, c.max)
+			}
+			a := w.annotationsFor()
+			for k, v := range c.saved {
+				if a[k] != v {
+					t.Errorf("annotation %s = %q, want %q", k, a[k], v)
+				}
+			}
+			if a[AnnotationNextTransition] != c.next {
+				t.Errorf("next-transition %q, want %q", a[AnnotationNextTransition], c.next)
+			}
+		})
+	}
+}

@@ -1,0 +1,325 @@
+package foo_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
+	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+	"github.com/phalanks/phalanks-operator/test/harness/process"
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
+)
+
+const (
+	// rssDeployments is the number of Deployments in the cluster; DEPLOYMENT_RSS_COUNT
+	// overrides it for a quick run.
+	rssDeployments = 10000
+	// rssSettle is how long memory is sampled once the manager has synced.
+	rssSettle = 15 * time.Second
+)
+
+// BenchmarkDeploymentCacheRSS measures the manager's memory in a cluster holding 10,000
+// Deployments that no Foo owns and that do not use scheduled scaling: what the Foo
+// controller and scheduled scaling pay to watch Deployments. It runs bin/manager and, if
+// DEPLOYMENT_RSS_BASELINE names another manager binary (say, one built from the commit
+// before a change), that binary too, one after the other against the same API server, so
+// the two are compared in one run.
+//
+// A manager counts as synced when a Foo created after its start has its Deployment and
+// status (the Foo controller's watches have synced) and scheduled scaling reports the
+// one annotated Deployment (its watches have synced); memory is then sampled for
+// rssSettle and the last and the highest readings are reported.
+func BenchmarkDeploymentCacheRSS(b *testing.B) {
+	count := rssDeployments
+	if v := os.Getenv("DEPLOYMENT_RSS_COUNT"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("DEPLOYMENT_RSS_COUNT=%q: want a positive integer", v)
+		}
+		count = n
+	}
+	root, err := tools.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	type candidate struct{ name, bin string }
+	candidates := []candidate{{"ours", filepath.Join(root, "bin", "manager")}}
+	if v := os.Getenv("DEPLOYMENT_RSS_BASELINE"); v != "" {
+		candidates = append([]candidate{{"baseline", v}}, candidates...)
+	}
+	for _, c := range candidates {
+		if _, err := os.Stat(c.bin); err != nil {
+			b.Fatalf("%s manager %s: %v (run `make bench`, which builds bin/manager)", c.name, c.bin, err)
+		}
+	}
+
+	ctx := b.Context()
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(phalanksv1alpha1.AddToScheme(s))
+	env, err := envtest.Start(envtest.Options{Scheme: s})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = env.Stop() })
+
+	const ns = "bench-rss"
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	if err := createDeployments(ctx, env.Client, ns, count); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("created %d Deployments in %s", count, time.Since(start).Round(time.Millisecond))
+
+	for i, c := range candidates {
+		m := measureRSS(ctx, b, env, c.bin, ns, fmt.Sprintf("probe-%d", i))
+		b.Logf("%s (%s): synced after %s; RSS %.1f MiB (peak %.1f MiB), Go heap in use %.1f MiB",
+			c.name, c.bin, m.synced.Round(time.Millisecond), m.rssMiB, m.peakMiB, m.heapMiB)
+		b.ReportMetric(m.rssMiB, c.name+"-rss-MiB")
+		b.ReportMetric(m.peakMiB, c.name+"-peak-rss-MiB")
+		b.ReportMetric(m.heapMiB, c.name+"-heap-inuse-MiB")
+	}
+}
+
+// rssReading is what one manager used.
+type rssReading struct {
+	synced                   time.Duration
+	rssMiB, peakMiB, heapMiB float64
+}
+
+// measureRSS starts bin, waits until it has synced, samples its memory and stops it.
+func measureRSS(ctx context.Context, b *testing.B, env *envtest.Env, bin, ns, probe string) rssReading {
+	dir := b.TempDir()
+	p, err := ourManager(env, bin, dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	port, err := process.FreePort()
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Replace ourManager's disabled metrics endpoint with a plain-HTTP one on loopback.
+	for i, a := range p.Args {
+		if a == "--metrics-bind-address" {
+			p.Args[i+1] = process.HostPort(port)
+		}
+	}
+	p.Args = append(p.Args, "--metrics-secure=false")
+	metricsURL := "http://" + process.HostPort(port) + "/metrics"
+
+	started := time.Now()
+	if err := p.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = p.Stop(20 * time.Second) }()
+
+	foo := &phalanksv1alpha1.Foo{
+		ObjectMeta: metav1.ObjectMeta{Name: probe, Namespace: ns},
+		Spec:       phalanksv1alpha1.FooSpec{DeploymentName: probe, Replicas: ptr.To[int32](1)},
+	}
+	if err := env.Client.Create(ctx, foo); err != nil {
+		b.Fatal(err)
+	}
+	const wantScaling = `phalanks_scaling_workloads{kind="Deployment",state="up"} 1`
+	err = process.WaitFor(p, 10*time.Minute, func() error {
+		live := &phalanksv1alpha1.Foo{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(foo), live); err != nil {
+			return err
+		}
+		if live.Status.ObservedGeneration != live.Generation {
+			return errors.New("the probe Foo is not synced yet")
+		}
+		body, err := scrape(ctx, metricsURL)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(body, wantScaling) {
+			return errors.New("scheduled scaling has not decided the annotated Deployment yet")
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatalf("%v; manager log %s", err, p.LogPath)
+	}
+	synced := time.Since(started)
+
+	var r rssReading
+	r.synced = synced
+	deadline := time.Now().Add(rssSettle)
+	for time.Now().Before(deadline) {
+		rss, peak, err := procMemory(p.PID())
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.rssMiB, r.peakMiB = float64(rss)/1024, float64(peak)/1024
+		select {
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	body, err := scrape(ctx, metricsURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	heap, err := metricValue(body, "go_memstats_heap_inuse_bytes")
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.heapMiB = heap / (1 << 20)
+	return r
+}
+
+// createDeployments creates count Deployments shaped like a typical chart's: labels,
+// annotations, one container with environment, resources and probes. One carries a
+// scheduled-scaling annotation that never scales it, so the benchmark can tell when
+// scheduled scaling has synced.
+func createDeployments(ctx context.Context, c client.Client, ns string, count int) error {
+	names := make(chan int)
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range names {
+				d := chartDeployment(ns, fmt.Sprintf("app-%05d", i))
+				if i == 0 {
+					d.Annotations["phalanks.io/downtime"] = "never"
+				}
+				if err := c.Create(ctx, d); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	var err error
+loop:
+	for i := range count {
+		select {
+		case names <- i:
+		case err = <-errs:
+			break loop
+		}
+	}
+	close(names)
+	wg.Wait()
+	close(errs)
+	return errors.Join(err, <-errs)
+}
+
+func chartDeployment(ns, name string) *appsv1.Deployment {
+	labels := map[string]string{
+		"app.kubernetes.io/name":       name,
+		"app.kubernetes.io/instance":   name,
+		"app.kubernetes.io/version":    "1.4.2",
+		"app.kubernetes.io/managed-by": "Helm",
+		"helm.sh/chart":                "app-1.4.2",
+	}
+	selector := map[string]string{"app.kubernetes.io/name": name, "app.kubernetes.io/instance": name}
+	var env []corev1.EnvVar
+	for i := range 10 {
+		env = append(env, corev1.EnvVar{Name: fmt.Sprintf("SETTING_%d", i), Value: fmt.Sprintf("value-%d-for-%s", i, name)})
+	}
+	probe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: name, Labels: labels,
+			Annotations: map[string]string{"meta.helm.sh/release-name": name, "meta.helm.sh/release-namespace": ns},
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: selector},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{"checksum/config": strings.Repeat("0f", 32)}},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{
+						Name:  "app",
+						Image: "registry.example.com/team/" + name + ":1.4.2",
+						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+						Env:   env,
+						Resources: corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+							Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+						},
+						LivenessProbe:  probe,
+						ReadinessProbe: probe,
+					}},
+				},
+			},
+		},
+	}
+}
+
+func scrape(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(resp.Body)
+	return string(data), err
+}
+
+// metricValue returns the value of an unlabelled metric in a Prometheus text exposition.
+func metricValue(body, name string) (float64, error) {
+	for line := range strings.SplitSeq(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+// procMemory returns a process's resident set size and its peak, in KiB.
+func procMemory(pid int) (rss, peak int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		switch fields[0] {
+		case "VmRSS:":
+			rss, err = strconv.ParseInt(fields[1], 10, 64)
+		case "VmHWM:":
+			peak, err = strconv.ParseInt(fields[1], 10, 64)
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	return rss, peak, sc.Err()
+}
