@@ -57,7 +57,7 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
 
 .PHONY: demo
-demo: tools-for-demo build ## Run the operator on a local control plane with MinIO and the samples (DEMO_ONESHOT=1 exits when they are ready).
+demo: tools-for-demo build ## Run the operator on a local cluster with a real node (needs root), MinIO and the samples, their pods running (DEMO_ONESHOT=1 exits when they are ready).
 	go run ./hack/demo
 
 ##@ Development
@@ -107,21 +107,29 @@ verify: tools-for-verify manifests generate catalog ## Regenerate everything (CR
 	fi
 
 .PHONY: test
-test: tools-for-test verify vet lint ## Run verify, vet, lint, then the unit, envtest, MinIO, local-cluster e2e and OLM bundle suites with the race detector.
-	go test $(GO_TEST_FLAGS) ./...
+# The real-node suites (test/e2e/realnode, test/harness/cluster/realnode) need root; the
+# first runs the operator image docker-build writes into IMAGE_LAYOUT.
+test: tools-for-test verify vet lint docker-build ## Run verify, vet, lint, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root).
+	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) ./...
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
 test-e2e: tools-for-test-e2e build ## Run the demo once: every sample must reach its expected state.
 	DEMO_ONESHOT=1 go run ./hack/demo
 
-# The OLM end-to-end test needs root: it runs the local cluster, OLM (olm, catalog and
-# package-server out of cluster), opm and the manager in a private network namespace. The
-# test binary is built here, with the module proxy at hand, and enters the namespace itself.
+# The OLM end-to-end test needs root: it runs the local cluster with a real node and OLM
+# (olm, catalog and package-server out of cluster) in a sandbox of private namespaces;
+# OLM runs the catalog image, the bundle unpack Jobs, the operator image and the
+# scorecard tests as pods. The test binary is built here, with the module proxy at hand,
+# and enters the sandbox itself; it builds the images for the node's platform.
 OLM_E2E_FLAGS ?=
 .PHONY: test-olm
-test-olm: tools-for-test-olm build ## Install, upgrade and uninstall the operator through the real OLM, end to end (needs root).
+test-olm: tools-for-test-olm ## Install, upgrade and uninstall the operator through the real OLM on a real node, with its scorecard tests as pods (needs root).
 	go -C $(OLM_E2E_MODULE) test -c -tags $(OLM_GO_TAGS) -o $(BIN)/olm-e2e.test .
+	@# The suite compiles the images' binaries inside the sandbox, which has no network.
+	go -C hack/tools/opm mod download
+	go -C hack/tools/healthprobe mod download
+	go -C hack/tools/olm mod download
 	$(BIN)/olm-e2e.test -test.v -test.timeout=40m -ginkgo.v $(OLM_E2E_FLAGS)
 
 # Scenario benchmarks run one at a time (-p 1): each measures a peer in the same run
@@ -247,10 +255,10 @@ TOOLS_uninstall := gen kubectl
 TOOLS_deploy := gen kubectl
 TOOLS_deploy-monitoring := gen kubectl
 TOOLS_undeploy := gen kubectl
-TOOLS_demo := gen kube kubectl kwok minio
-TOOLS_test := gen lint kube kwok minio
+TOOLS_demo := gen kube kubectl kwok minio node containerd cni
+TOOLS_test := gen lint kube kubectl kwok minio node containerd cni
 TOOLS_test-e2e := $(TOOLS_demo)
-TOOLS_test-olm := gen kube kubectl kwok minio olm opm
+TOOLS_test-olm := gen kube kubectl kwok minio olm opm node containerd cni
 TOOLS_bench := kube kwok minio peers
 TOOLS_scorecard := gen kube
 TOOLS_validate-multiarch := gen
@@ -269,17 +277,27 @@ TOOLS_scorecard-image-push := gen
 # go, so a first run prints one plan with every set it is about to build.
 tools-for-%:
 	@hack/tools/build.sh $(or $(TOOLS_$*),$(error no TOOLS_$* in the Makefile))
+	$(if $(filter node,$(TOOLS_$*)),@hack/tools/apt.sh $(NODE_PACKAGES))
+
+# The real node's commands from Debian (command=package), installed when missing: runc
+# (containerd runs pods with it), iptables (kube-proxy, the CNI portmap plugin), ip (the
+# node's network namespace), a static busybox (the images that stand in for OLM's util
+# image and operator-sdk scorecard's untar image).
+NODE_PACKAGES := runc=runc iptables=iptables ip=iproute2 busybox=busybox-static
 
 .PHONY: tools
 tools: ## Build every default tool set into the per-machine cache (hack/tools/build.sh).
 	hack/tools/build.sh
 
 # tools-<set> builds one set; tools-olm builds both OLM sets (olm and opm).
-TOOL_SETS := gen lint kube kubectl kwok minio opm peers
-.PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-olm
+TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni
+.PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*
 tools-runtime: ## Build the sets the local cluster and MinIO harnesses run (kube, kubectl, kwok, minio).
 	@hack/tools/build.sh kube kubectl kwok minio
+tools-node: ## Build the real node's kubelet, kube-proxy, containerd and CNI plugins; install runc, iptables and ip from Debian when missing.
+	@hack/tools/build.sh node containerd cni
+	@hack/tools/apt.sh $(NODE_PACKAGES)
 tools-olm: ## Build OLM (olm, catalog, package-server) and opm for the OLM end-to-end test.
 	@hack/tools/build.sh olm opm

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -142,7 +143,11 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&cfg.zap)))
+	logger := zap.New(zap.UseFlagOptions(&cfg.zap))
+	ctrl.SetLogger(logger)
+	// client-go (leader election, the event broadcaster) logs through klog: the same
+	// structured lines, not klog's own text format.
+	klog.SetLogger(logger)
 	log := ctrl.Log.WithName("setup")
 	if err := outOfClusterDefaults(&cfg, log); err != nil {
 		return err

@@ -1,7 +1,9 @@
 // Command cluster starts the local control plane (etcd, kube-apiserver,
-// kube-controller-manager, kube-scheduler, kwok) and keeps it running until interrupted.
+// kube-controller-manager, kube-scheduler) with kwok's fake nodes, or, with -real-node
+// (as root), a real node in a sandbox of private namespaces, and keeps it running until
+// interrupted.
 //
-//	go run ./hack/cluster [-dir DIR] [-nodes N]
+//	go run ./hack/cluster [-dir DIR] [-nodes N] [-real-node]
 package main
 
 import (
@@ -14,19 +16,27 @@ import (
 	"time"
 
 	"github.com/phalanks/phalanks-operator/test/harness/cluster"
+	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
 )
 
 func main() {
 	dir := flag.String("dir", "", "directory for data, kubeconfigs and logs (default: a new temporary directory)")
 	nodes := flag.Int("nodes", 1, "number of fake kwok nodes")
+	realNode := flag.Bool("real-node", false, "run a real node (containerd, kubelet, kube-proxy) instead of fake ones; needs root")
 	flag.Parse()
-	if err := run(*dir, *nodes); err != nil {
+	if *realNode {
+		if err := sandbox.Enter(); err != nil {
+			fmt.Fprintln(os.Stderr, "cluster:", err)
+			os.Exit(2)
+		}
+	}
+	if err := run(*dir, *nodes, *realNode); err != nil {
 		fmt.Fprintln(os.Stderr, "cluster:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir string, nodes int) error {
+func run(dir string, nodes int, realNode bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if dir == "" {
@@ -36,13 +46,21 @@ func run(dir string, nodes int) error {
 		}
 	}
 	start := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Dir: dir, Nodes: nodes})
+	c, err := cluster.Start(ctx, cluster.Options{Dir: dir, Nodes: nodes, RealNode: realNode})
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
-	fmt.Printf("local cluster ready in %s\n  export KUBECONFIG=%s\n  logs: %s\nCtrl-C stops it.\n",
+	fmt.Printf("local cluster ready in %s\n  export KUBECONFIG=%s\n  logs: %s\n",
 		time.Since(start).Round(time.Second), c.Kubeconfig, c.LogDir)
+	if realNode {
+		enter, err := sandbox.EnterCommand()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  it runs in its own namespaces; from another terminal, as root: %s kubectl ...\n", enter)
+	}
+	fmt.Println("Ctrl-C stops it.")
 	<-ctx.Done()
 	return nil
 }

@@ -12,8 +12,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+var fooKind = schema.GroupKind{Group: "phalanks.io", Kind: "Foo"}
+
 func init() {
-	expectations[schema.GroupKind{Group: "phalanks.io", Kind: "Foo"}] = fooAvailable
+	adapters[fooKind] = adaptFoo
+	expectations[fooKind] = fooAvailable
+}
+
+// adaptFoo gives the Foo's Deployment the demo's image: the sample's cannot be pulled
+// here.
+func adaptFoo(_ context.Context, e *env, obj *unstructured.Unstructured) error {
+	return unstructured.SetNestedField(obj.Object, e.image, "spec", "image")
 }
 
 // fooAvailable is done when the Foo's Deployment is Available and the Foo reports as
@@ -32,8 +41,12 @@ func fooAvailable(ctx context.Context, e *env, obj *unstructured.Unstructured) (
 		}
 		return false, "", err
 	}
-	state := fmt.Sprintf("Deployment %s: %d/%d available; Foo reports %d", name, dep.Status.AvailableReplicas, want, available)
-	return available == want && deploymentAvailable(dep), state, nil
+	ready, err := e.readyPods(ctx, dep)
+	if err != nil {
+		return false, "", err
+	}
+	state := fmt.Sprintf("Deployment %s: %d/%d available, %d pods Ready; Foo reports %d", name, dep.Status.AvailableReplicas, want, ready, available)
+	return available == want && int64(ready) == want && deploymentAvailable(dep), state, nil
 }
 
 func deploymentAvailable(dep *appsv1.Deployment) bool {

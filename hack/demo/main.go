@@ -1,6 +1,13 @@
-// Command demo shows the operator working with no Docker: it starts the local control
-// plane and MinIO on loopback, installs the CRDs, runs the manager binary against them,
-// applies config/samples, and shows their live status until Ctrl-C.
+// Command demo shows the operator working with no Docker: it starts the local cluster
+// with a real node (containerd, the kubelet and kube-proxy, in a sandbox of private
+// namespaces: it needs root) and MinIO, installs the CRDs, runs the manager binary
+// against them, applies config/samples, and shows their live status and their pods until
+// Ctrl-C. The samples' images cannot be pulled here; their pods run testapp, a small web
+// server the harness builds, from the node's local registry.
+//
+// The manager runs as a local process rather than as a pod from its image: the demo is
+// the quick look after a change, and `make build` is all it waits for. The operator as
+// users deploy it, in a pod from its image, is what make test's real-node suite runs.
 //
 // With DEMO_ONESHOT=1 it exits 0 as soon as every sample reached its expected state,
 // and non-zero (naming the samples that did not) after DEMO_TIMEOUT (default 5m).
@@ -9,7 +16,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,8 +31,10 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/certs"
 	"github.com/phalanks/phalanks-operator/test/harness/cluster"
 	"github.com/phalanks/phalanks-operator/test/harness/crds"
+	"github.com/phalanks/phalanks-operator/test/harness/images"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
+	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
@@ -38,6 +46,10 @@ const (
 )
 
 func main() {
+	if err := sandbox.Enter(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(2)
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
@@ -52,6 +64,8 @@ type env struct {
 	s3      *minio.Server
 	client  client.Client
 	manager *process.Process
+	// image is the image the samples' pods run.
+	image string
 }
 
 func run() (err error) {
@@ -78,8 +92,12 @@ func run() (err error) {
 	e := &env{root: root, dir: dir}
 	defer func() { e.teardown(err == nil) }()
 
-	step("starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)")
-	if e.cluster, err = cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster")}); err != nil {
+	step("starting the local cluster (etcd, kube-apiserver, controller-manager, scheduler) and a real node (containerd, kubelet, kube-proxy)")
+	if e.cluster, err = cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), RealNode: true}); err != nil {
+		return err
+	}
+	step("building testapp, the image the samples' pods run, into the node's registry")
+	if e.image, err = e.pushTestApp(ctx); err != nil {
 		return err
 	}
 	if e.client, err = client.New(e.cluster.Config, client.Options{Scheme: scheme}); err != nil {
@@ -98,9 +116,19 @@ func run() (err error) {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nThe demo cluster is up. In another terminal:\n  export KUBECONFIG=%s\n  kubectl get %s -n %s\n"+
-		"Manager log: %s\nMinIO: %s (log %s)\n\n", e.cluster.Kubeconfig, kindsArg(samples), demoNamespace,
-		e.manager.LogPath, e.s3.URL, e.s3.LogPath())
+	enter, err := sandbox.EnterCommand()
+	if err != nil {
+		return err
+	}
+	kubectl, err := tools.Path("kubectl")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nThe demo cluster is up. It lives in the demo's own network and mount namespaces; in another terminal, as root:\n"+
+		"  %s %s --kubeconfig %s get %s,pods -n %s\n"+
+		"Manager log: %s\nNode logs (containerd, kubelet, kube-proxy): %s\nMinIO: %s (log %s)\n\n",
+		enter, kubectl, e.cluster.Kubeconfig, kindsArg(samples), demoNamespace,
+		e.manager.LogPath, e.cluster.LogDir, e.s3.URL, e.s3.LogPath())
 	return e.watch(ctx, samples, oneshot, timeout)
 }
 
@@ -115,16 +143,9 @@ func mkdir(parent, name string) string {
 }
 
 func (e *env) startManager(ctx context.Context) error {
-	ca, err := certs.NewCA("phalanks-demo-webhook-ca")
-	if err != nil {
-		return err
-	}
-	pair, err := ca.Issue(certs.LeafOptions{CommonName: "phalanks-webhook", Hosts: []string{"127.0.0.1", "localhost"}})
-	if err != nil {
-		return err
-	}
 	certDir := mkdir(e.dir, "webhook-certs")
-	if err := pair.Write(certDir, "tls.crt", "tls.key"); err != nil {
+	ca, err := certs.WriteServing(certDir, "127.0.0.1", "localhost")
+	if err != nil {
 		return err
 	}
 	ports := make([]int, 3)
@@ -174,16 +195,22 @@ func (e *env) startManager(ctx context.Context) error {
 		return err
 	}
 	return process.WaitFor(e.manager, time.Minute, func() error {
-		resp, err := http.Get("http://" + process.HostPort(healthPort) + "/readyz")
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readyz: %s", resp.Status)
-		}
-		return nil
+		return process.HTTPOK(nil, "http://"+process.HostPort(healthPort)+"/readyz", "")
 	})
+}
+
+// pushTestApp builds testapp and pushes it to the node's registry, returning the image
+// reference pods run it by.
+func (e *env) pushTestApp(ctx context.Context) (string, error) {
+	img, err := images.TestApp(ctx, filepath.Join(e.dir, "build"))
+	if err != nil {
+		return "", err
+	}
+	const repository = "phalanks-demo/testapp:1"
+	if _, err := e.cluster.Push(ctx, repository, img); err != nil {
+		return "", err
+	}
+	return cluster.RegistryHost + "/" + repository, nil
 }
 
 // teardown stops everything the demo started. It removes the demo directory after a
@@ -197,7 +224,9 @@ func (e *env) teardown(clean bool) {
 		_ = e.s3.Stop()
 	}
 	if e.cluster != nil {
-		e.cluster.Stop()
+		if err := e.cluster.Shutdown(); err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+		}
 	}
 	if clean && os.Getenv("DEMO_KEEP") != "1" {
 		_ = os.RemoveAll(e.dir)

@@ -6,7 +6,9 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
@@ -42,7 +44,10 @@ func scheduled(obj *unstructured.Unstructured) bool {
 	return up || down
 }
 
-func adaptScheduledSample(_ context.Context, _ *env, obj *unstructured.Unstructured) error {
+func adaptScheduledSample(_ context.Context, e *env, obj *unstructured.Unstructured) error {
+	if err := setContainerImages(obj, e.image); err != nil {
+		return err
+	}
 	if !scheduled(obj) {
 		return nil
 	}
@@ -58,11 +63,19 @@ func adaptScheduledSample(_ context.Context, _ *env, obj *unstructured.Unstructu
 	return nil
 }
 
-func expectScheduledFlip(_ context.Context, _ *env, obj *unstructured.Unstructured) (bool, string, error) {
+func expectScheduledFlip(ctx context.Context, e *env, obj *unstructured.Unstructured) (bool, string, error) {
 	if !scheduled(obj) {
 		return true, "exists", nil
 	}
 	replicas, _, err := unstructured.NestedInt64(obj.Object, "spec", "replicas")
+	if err != nil {
+		return false, "", err
+	}
+	dep := &appsv1.Deployment{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, dep); err != nil {
+		return false, "", err
+	}
+	pods, ready, err := e.podCounts(ctx, dep.Namespace, dep.Spec.Selector)
 	if err != nil {
 		return false, "", err
 	}
@@ -72,12 +85,14 @@ func expectScheduledFlip(_ context.Context, _ *env, obj *unstructured.Unstructur
 	w := scheduledSamples.window[obj.GetName()]
 	clock := func(t time.Time) string { return t.Local().Format(time.TimeOnly) }
 	switch {
+	case replicas == 0 && saved != "" && pods > 0:
+		return false, fmt.Sprintf("scaled down to 0, %s replicas saved; %d pods terminating", saved, pods), nil
 	case replicas == 0 && saved != "":
 		scheduledSamples.seenDown[obj.GetName()] = true
-		return false, fmt.Sprintf("scaled down to 0, %s replicas saved; back up at %s", saved, clock(w[1])), nil
-	case scheduledSamples.seenDown[obj.GetName()] && saved == "":
-		return true, fmt.Sprintf("scaled down at %s and restored to %d replicas at %s", clock(w[0]), replicas, clock(w[1])), nil
+		return false, fmt.Sprintf("scaled down to 0, %s replicas saved, every pod gone; back up at %s", saved, clock(w[1])), nil
+	case scheduledSamples.seenDown[obj.GetName()] && saved == "" && int64(ready) == replicas:
+		return true, fmt.Sprintf("pods gone at %s and back, %d Ready, at %s", clock(w[0]), ready, clock(w[1])), nil
 	default:
-		return false, fmt.Sprintf("%d replicas; downtime %s-%s", replicas, clock(w[0]), clock(w[1])), nil
+		return false, fmt.Sprintf("%d replicas, %d pods Ready; downtime %s-%s", replicas, ready, clock(w[0]), clock(w[1])), nil
 	}
 }

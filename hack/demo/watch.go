@@ -92,7 +92,7 @@ func (e *env) kubectlGet(ctx context.Context, samples []*unstructured.Unstructur
 		return err.Error()
 	}
 	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", e.cluster.Kubeconfig,
-		"get", kindsArg(samples), "-n", demoNamespace, "-o", "wide")
+		"get", kindsArg(samples)+",pods", "-n", demoNamespace, "-o", "wide")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Sprintf("kubectl get: %v\n%s", err, out)

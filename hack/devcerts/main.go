@@ -19,14 +19,7 @@ func main() {
 	if _, err := os.Stat(filepath.Join(*dir, "tls.crt")); err == nil {
 		return
 	}
-	ca, err := certs.NewCA("phalanks-dev-ca")
-	if err == nil {
-		var pair *certs.Pair
-		if pair, err = ca.Issue(certs.LeafOptions{CommonName: "phalanks-webhook", Hosts: []string{"127.0.0.1", "localhost"}}); err == nil {
-			err = pair.Write(*dir, "tls.crt", "tls.key")
-		}
-	}
-	if err != nil {
+	if _, err := certs.WriteServing(*dir, "127.0.0.1", "localhost"); err != nil {
 		fmt.Fprintln(os.Stderr, "devcerts:", err)
 		os.Exit(1)
 	}

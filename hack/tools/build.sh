@@ -28,23 +28,29 @@ declare -A packages=(
 	[olm]="github.com/operator-framework/operator-lifecycle-manager/cmd/olm github.com/operator-framework/operator-lifecycle-manager/cmd/catalog github.com/operator-framework/operator-lifecycle-manager/cmd/package-server"
 	[opm]="github.com/operator-framework/operator-registry/cmd/opm"
 	[peers]="k8s.io/sample-controller"
+	[node]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
+	[containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
+	[cni]="github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap"
 )
 # The module (hack/tools/<module>) a set is built from, when it is not the set's name:
 # kubectl comes from the same pinned Kubernetes as the control plane, but is a set of its
 # own so that commands which only talk to a cluster (make deploy) do not build a control
-# plane first.
+# plane first; the real node's kubelet and kube-proxy come from it too, at the control
+# plane's version.
 declare -A modules=(
 	[kubectl]=kube
+	[node]=kube
 )
 # Built by `make tools`; every make target builds the sets it needs itself (see the
 # TOOLS_* variables in the Makefile).
 order=(gen lint kube kubectl kwok minio)
-optional=(olm opm peers)
+optional=(olm opm peers node containerd cni)
 
 # Roughly how long a first build of each set takes on two cores with an empty Go build
 # cache (measured on this project's CI machines), for the plan printed before building.
 declare -A estimate=(
 	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [opm]=3 [peers]=1
+	[node]=4 [containerd]=5 [cni]=1
 )
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
@@ -52,6 +58,7 @@ declare -A estimate=(
 declare -A tags=(
 	[olm]="json1"
 	[opm]="json1,containers_image_openpgp"
+	[containerd]="no_btrfs,no_devmapper,no_zfs"
 )
 declare -A cgo=(
 	[opm]=1
@@ -76,6 +83,7 @@ kube_ldflags() {
 ldflags_for() {
 	case $(module_of "$1") in
 	kube) echo "-s -w $(kube_ldflags)" ;;
+	containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(cd "$tools/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)" ;;
 	*) echo "-s -w" ;;
 	esac
 }

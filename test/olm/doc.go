@@ -1,22 +1,10 @@
 // Package olm installs and upgrades phalanks-operator through the real Operator Lifecycle
-// Manager, end to end and without a container runtime: a local control plane (etcd,
-// kube-apiserver, kube-controller-manager, kube-scheduler, kwok) inside a private network
-// namespace, OLM v0.33.0's olm and catalog operators and package-server out of cluster,
-// the project's own bundles and catalog served by opm, and the project's manager binary
-// run in place of the pod OLM deploys (kwok only fakes that pod). The suite is in this
+// Manager, end to end, the way OperatorHub users meet it: the local cluster with a real
+// node (containerd, kubelet, kube-proxy) in a sandbox of private namespaces; OLM
+// v0.33.0's olm and catalog operators and package-server out of cluster; the project's
+// images (operator, bundle, catalog, scorecard tests) built with the release process's
+// own definitions and served by the node's registry under the names a release publishes
+// them as. OLM runs the catalog image as a registry pod, unpacks each bundle image with a
+// Job on the node and runs the operator image as a real pod. The suite is in this
 // package's tests; `make test-olm` runs it.
 package olm
-
-import (
-	"net"
-	"time"
-)
-
-// dial checks that something accepts TCP connections at address.
-func dial(address string) error {
-	conn, err := net.DialTimeout("tcp", address, 2*time.Second)
-	if err != nil {
-		return err
-	}
-	return conn.Close()
-}

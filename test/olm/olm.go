@@ -11,13 +11,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 	"github.com/phalanks/phalanks-operator/test/harness/cluster"
+	"github.com/phalanks/phalanks-operator/test/harness/crds"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
@@ -39,7 +38,10 @@ type OLM struct {
 
 // StartOLM installs OLM's CRDs from the OLM module and starts the olm and catalog
 // operators and package-server against the cluster, logging to logDir.
-func StartOLM(ctx context.Context, c *cluster.Cluster, k8s client.Client, dir, logDir string) (_ *OLM, err error) {
+//
+// utilImage and opmImage are the images bundle unpack Jobs run (the catalog operator's
+// --util-image and --opmImage), built locally in place of OLM's published ones.
+func StartOLM(ctx context.Context, c *cluster.Cluster, k8s client.Client, dir, logDir, utilImage, opmImage string) (_ *OLM, err error) {
 	o := &OLM{}
 	defer func() {
 		if err != nil {
@@ -64,7 +66,8 @@ func StartOLM(ctx context.Context, c *cluster.Cluster, k8s client.Client, dir, l
 	if err := o.start("olm", env, logDir, "--namespace", Namespace, "--writeStatusName", ""); err != nil {
 		return nil, err
 	}
-	if err := o.start("catalog", env, logDir, "--namespace", Namespace, "--writeStatusName", "", "--kubeconfig", c.Kubeconfig); err != nil {
+	if err := o.start("catalog", env, logDir, "--namespace", Namespace, "--writeStatusName", "", "--kubeconfig", c.Kubeconfig,
+		"--util-image", utilImage, "--opmImage", opmImage); err != nil {
 		return nil, err
 	}
 	ps, err := startPackageServer(ctx, c, k8s, dir, logDir)
@@ -154,33 +157,9 @@ func installOLMCRDs(ctx context.Context, k8s client.Client) error {
 		}
 	}
 	for _, name := range names {
-		if err := WaitForCRDEstablished(ctx, k8s, name, time.Minute); err != nil {
+		if err := crds.WaitEstablished(ctx, k8s, name, time.Minute); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// WaitForCRDEstablished waits until the named CRD is Established.
-func WaitForCRDEstablished(ctx context.Context, k8s client.Client, name string, timeout time.Duration) error {
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		for _, c := range crd.Status.Conditions {
-			if c.Type == apiextensionsv1.Established {
-				last = fmt.Sprintf("Established=%s (%s: %s)", c.Status, c.Reason, c.Message)
-				return c.Status == apiextensionsv1.ConditionTrue, nil
-			}
-		}
-		last = "no Established condition"
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("CRD %s not established after %s; last seen: %s", name, timeout, last)
 	}
 	return nil
 }

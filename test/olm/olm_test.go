@@ -17,6 +17,7 @@ import (
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	"github.com/operator-framework/operator-registry/alpha/declcfg"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,6 +29,7 @@ import (
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
+	"github.com/phalanks/phalanks-operator/test/harness/crds"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 	"github.com/phalanks/phalanks-operator/test/olm"
 )
@@ -56,50 +58,39 @@ func expectReconciled(what string, check func(g Gomega)) {
 	Eventually(check).WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed(), what)
 }
 
-// kubelet runs our manager whenever OLM's Deployment for it exists, in place of its pod.
-var kubelet *olm.Kubelet
-
 var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered, func() {
-	var catalogServer *olm.CatalogServer
-
-	// Each manager runs with exactly the RBAC OLM created from the CSV's permissions; a
-	// request they do not allow shows in its log. revoked holds the logs of the managers
-	// that ran while the uninstall deleted that RBAC.
-	revoked := map[string]bool{}
+	// Each manager pod runs with exactly the RBAC OLM created from the CSV's permissions; a
+	// request it does not allow shows in its log. The uninstall deletes that RBAC while the
+	// pod is still terminating, so only pods that are not being deleted are checked.
 	AfterEach(func() {
-		logs, err := filepath.Glob(filepath.Join(logDir(), "manager-*.log"))
-		Expect(err).NotTo(HaveOccurred())
-		for _, l := range logs {
-			if revoked[l] {
+		pods := &corev1.PodList{}
+		Expect(k8s.List(ctx, pods, client.InNamespace(installNamespace))).To(Succeed())
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
 				continue
 			}
-			data, err := os.ReadFile(l)
-			Expect(err).NotTo(HaveOccurred())
+			log := podLog(p.Name)
 			var denied []string
-			for line := range strings.Lines(string(data)) {
+			for line := range strings.Lines(log) {
 				if strings.Contains(line, "is forbidden") {
 					denied = append(denied, line)
 				}
 			}
-			Expect(denied).To(BeEmpty(), "manager log %s: requests the bundle's RBAC does not allow", l)
+			Expect(denied).To(BeEmpty(), "pod %s/%s: requests the bundle's RBAC does not allow", installNamespace, p.Name)
 		}
 	})
 
 	It("lists the package in packagemanifests with its channel and current CSV", func() {
-		var err error
-		catalogServer, err = olm.ServeCatalog(previousCatalog, filepath.Join(dir, "opm-previous"), logDir(), "opm-previous")
-		check(err)
-		stopAtSuiteEnd(catalogServer.Stop)
 		Expect(k8s.Create(ctx, &operatorsv1alpha1.CatalogSource{
 			ObjectMeta: metav1.ObjectMeta{Name: catalogSource, Namespace: olm.Namespace},
 			Spec: operatorsv1alpha1.CatalogSourceSpec{
 				SourceType:  operatorsv1alpha1.SourceTypeGrpc,
-				Address:     catalogServer.Address,
+				Image:       previousCatalog,
 				DisplayName: "Phalanks (end-to-end test)",
 				Publisher:   "Phalanks",
 			},
 		})).To(Succeed())
-		Eventually(catalogSourceReady(catalogServer.Address)).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
+		Eventually(catalogSourceReady(previousCatalog)).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 
 		Eventually(packageManifestHead(previous)).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 		Expect(kubectl("get", "packagemanifests", "--namespace", installNamespace, "--field-selector", "metadata.name="+bundle.PackageName,
@@ -120,6 +111,9 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 		Expect(k8s.Create(ctx, subscription())).To(Succeed())
 
 		expectInstalled(previous)
+
+		By("having unpacked the bundle image with a Job on the node")
+		expectBundleUnpacked(previous)
 
 		By("keeping minKubeVersion on the installed CSV, where OLM checks it against the server")
 		want := previous.CSV.Spec.MinKubeVersion
@@ -164,17 +158,7 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 		}
 		Expect(k8s.Create(ctx, beta)).To(Succeed())
 
-		// kube-apiserver picks the CRD's new conversion settings up a moment after OLM
-		// writes them; until then v1alpha1 reads are served unconverted.
-		By("failing v1alpha1 reads while nothing serves OLM's webhook Service")
-		Eventually(func(g Gomega) {
-			err := k8s.Get(ctx, client.ObjectKeyFromObject(beta), &phalanksv1alpha1.StorageBucket{})
-			g.Expect(err).To(MatchError(ContainSubstring("conversion webhook")))
-		}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed())
-
-		By("running our manager as the pod of OLM's Deployment would")
-		kubelet = olm.StartKubelet(ctx, local, k8s, installNamespace, deploymentName(previous), filepath.Join(dir, "kubelet"), logDir())
-		stopAtSuiteEnd(kubelet.Stop)
+		By("running our operator image as the pod of OLM's Deployment")
 		expectPodOf(previous)
 
 		Eventually(func(g Gomega) {
@@ -215,7 +199,7 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 	It("reconciles a Foo into its Deployment", func() {
 		Expect(k8s.Create(ctx, &phalanksv1alpha1.Foo{
 			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: userNamespace},
-			Spec:       phalanksv1alpha1.FooSpec{DeploymentName: "web", Replicas: ptr.To[int32](2)},
+			Spec:       phalanksv1alpha1.FooSpec{DeploymentName: "web", Replicas: ptr.To[int32](2), Image: testAppImage},
 		})).To(Succeed())
 		expectReconciled("Foo "+userNamespace+"/web owns an Available Deployment with 2 replicas", fooDeploymentAvailable("web", 2))
 	})
@@ -223,25 +207,22 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 	It("upgrades through the Subscription to the next release and keeps every object in both versions", func() {
 		before := snapshot()
 
-		By("serving a catalog whose channel holds previous → current, and pointing the CatalogSource at it")
+		By("pointing the CatalogSource at the catalog image whose channel holds previous → current")
 		Expect(upgradeChannel).To(ConsistOf(
 			declcfg.ChannelEntry{Name: previous.CSVName()},
 			declcfg.ChannelEntry{Name: current.CSVName(), Replaces: previous.CSVName(), SkipRange: fmt.Sprintf(">=%s <%s", previous.Version, current.Version)},
 		))
-		upgradeServer, err := olm.ServeCatalog(upgradeCatalog, filepath.Join(dir, "opm-upgrade"), logDir(), "opm-upgrade")
-		check(err)
-		stopAtSuiteEnd(upgradeServer.Stop)
 		Eventually(func(g Gomega) {
-			cs := &operatorsv1alpha1.CatalogSource{}
-			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: olm.Namespace, Name: catalogSource}, cs)).To(Succeed())
-			cs.Spec.Address = upgradeServer.Address
-			g.Expect(k8s.Update(ctx, cs)).To(Succeed())
+			src := &operatorsv1alpha1.CatalogSource{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: olm.Namespace, Name: catalogSource}, src)).To(Succeed())
+			src.Spec.Image = upgradeCatalog
+			g.Expect(k8s.Update(ctx, src)).To(Succeed())
 		}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed())
-		Eventually(catalogSourceReady(upgradeServer.Address)).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
-		Expect(catalogServer.Stop()).To(Succeed())
+		Eventually(catalogSourceReady(upgradeCatalog)).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 		Eventually(packageManifestHead(current)).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 
 		csv := expectInstalled(current)
+		expectBundleUnpacked(current)
 		Expect(csv.Spec.Replaces).To(Equal(previous.CSVName()), "OLM records the channel's replaces edge on the installed CSV")
 		By("deleting the replaced CSV")
 		Eventually(func(g Gomega) {
@@ -250,7 +231,7 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "CSV %s/%s: phase %s (%s)", installNamespace, previous.CSVName(), old.Status.Phase, old.Status.Message)
 		}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 
-		By("rolling our manager over to the new pod template")
+		By("rolling the operator's pod over to the new release's image")
 		expectPodOf(current)
 
 		By("reading every object as before, in every served version")
@@ -272,18 +253,12 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 		expectSettled(current)
 	})
 
+	itRunsTheCustomScorecardTests()
+
 	var beforeUninstall map[string]string
 
 	It("uninstalls, deleting the Subscription and the CSV, and leaves the users' objects and data intact", func() {
 		beforeUninstall = snapshot()
-		// OLM deletes the RBAC it created with the CSV, while the manager runs on until its
-		// Deployment is gone: its last requests are denied, as on any cluster. Every log
-		// so far passed the check after the previous spec.
-		logs, err := filepath.Glob(filepath.Join(logDir(), "manager-*.log"))
-		Expect(err).NotTo(HaveOccurred())
-		for _, l := range logs {
-			revoked[l] = true
-		}
 		By("running the commands docs/olm.md gives")
 		for _, args := range uninstallCommands(deploymentName(current)) {
 			Expect(docsOLM()).To(ContainSubstring("kubectl "+strings.Join(args, " ")), "docs/olm.md gives the command")
@@ -313,7 +288,11 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: depName}, dep)
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "Deployment %s/%s still exists (deleting: %v)", installNamespace, depName, dep.DeletionTimestamp != nil)
 		}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
-		Eventually(kubelet.Pod).WithTimeout(time.Minute).WithPolling(poll).Should(BeNil(), "the manager stops with its pod")
+		Eventually(func(g Gomega) {
+			pods := &corev1.PodList{}
+			g.Expect(k8s.List(ctx, pods, client.InNamespace(installNamespace))).To(Succeed())
+			g.Expect(pods.Items).To(BeEmpty(), "the operator's pod goes with its Deployment")
+		}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 
 		By("turning StorageBucket conversion off rather than leaving it pointing at a deleted Service")
 		Eventually(func(g Gomega) {
@@ -416,29 +395,64 @@ func deploymentName(r *olm.Release) string {
 	return r.CSV.Spec.InstallStrategy.StrategySpec.DeploymentSpecs[0].Name
 }
 
-// expectPodOf waits until our manager runs the current pod template of OLM's Deployment,
-// and that template is the release's.
+// expectPodOf waits until OLM's Deployment for the release runs the release's operator
+// image, and its one pod — of the Deployment's current template, no other left — is
+// Running and Ready on the node.
 func expectPodOf(r *olm.Release) {
 	GinkgoHelper()
-	want := ""
-	for _, c := range r.CSV.Spec.InstallStrategy.StrategySpec.DeploymentSpecs[0].Spec.Template.Spec.Containers {
-		if c.Name == bundle.ManagerContainer {
-			want = c.Image
-		}
-	}
-	Expect(want).NotTo(BeEmpty())
+	var pod corev1.Pod
 	Eventually(func(g Gomega) {
 		alive()
 		dep := &appsv1.Deployment{}
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: deploymentName(r)}, dep)).To(Succeed())
-		g.Expect(dep.Spec.Template.Spec.Containers).To(ContainElement(HaveField("Image", want)), "Deployment %s/%s runs %s's image", installNamespace, dep.Name, r.CSVName())
-		pod := kubelet.Pod()
-		g.Expect(pod).NotTo(BeNil(), "no manager runs for Deployment %s/%s generation %d", installNamespace, dep.Name, dep.Generation)
-		g.Expect(pod.Deployment).To(Equal(dep.UID))
-		g.Expect(pod.Generation).To(Equal(dep.Generation), "the manager runs generation %d of Deployment %s/%s, not %d", pod.Generation, installNamespace, dep.Name, dep.Generation)
+		g.Expect(dep.Spec.Template.Spec.Containers).To(ContainElement(HaveField("Image", r.Image)), "Deployment %s/%s runs %s's image", installNamespace, dep.Name, r.CSVName())
+		g.Expect(dep.Status.ObservedGeneration).To(Equal(dep.Generation))
+		g.Expect(dep.Status.UpdatedReplicas).To(BeEquivalentTo(1), "Deployment %s/%s status %+v", installNamespace, dep.Name, dep.Status)
+		g.Expect(dep.Status.AvailableReplicas).To(BeEquivalentTo(1), "Deployment %s/%s status %+v", installNamespace, dep.Name, dep.Status)
+		sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
+		g.Expect(err).NotTo(HaveOccurred())
+		pods := &corev1.PodList{}
+		g.Expect(k8s.List(ctx, pods, client.InNamespace(installNamespace), client.MatchingLabelsSelector{Selector: sel})).To(Succeed())
+		g.Expect(pods.Items).To(HaveLen(1), "pods of Deployment %s/%s", installNamespace, dep.Name)
+		pod = pods.Items[0]
+		g.Expect(pod.DeletionTimestamp).To(BeNil())
+		g.Expect(pod.Spec.Containers).To(ContainElement(HaveField("Image", r.Image)))
+		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
+		g.Expect(pod.Status.Conditions).To(ContainElement(And(HaveField("Type", corev1.PodReady), HaveField("Status", corev1.ConditionTrue))),
+			"pod %s/%s is not Ready: %+v", installNamespace, pod.Name, pod.Status.ContainerStatuses)
 	}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
-	pod := kubelet.Pod()
-	GinkgoWriter.Printf("manager for %s: service account %s, webhook on %s, log %s, args %v\n", r.CSVName(), pod.ServiceAccount, pod.WebhookAddress, pod.LogPath(), pod.Args)
+	GinkgoWriter.Printf("operator pod %s of %s on node %s, image %s\n", pod.Name, r.CSVName(), pod.Spec.NodeName, pod.Spec.Containers[0].Image)
+}
+
+// expectBundleUnpacked checks that OLM unpacked the release's bundle image with a Job on
+// the node: the Job completed, and its pod ran the bundle image by digest.
+func expectBundleUnpacked(r *olm.Release) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		jobs := &batchv1.JobList{}
+		g.Expect(k8s.List(ctx, jobs, client.InNamespace(olm.Namespace), client.HasLabels{bundleUnpackRefLabel})).To(Succeed())
+		var found bool
+		for _, j := range jobs.Items {
+			for _, c := range j.Spec.Template.Spec.InitContainers {
+				if c.Image == r.Bundle.Image {
+					found = true
+					g.Expect(j.Status.Succeeded).To(BeEquivalentTo(1), "bundle unpack Job %s/%s status %+v", j.Namespace, j.Name, j.Status)
+				}
+			}
+		}
+		g.Expect(found).To(BeTrue(), "no bundle unpack Job ran %s", r.Bundle.Image)
+	}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
+}
+
+// bundleUnpackRefLabel marks OLM's bundle unpack Jobs.
+const bundleUnpackRefLabel = "operatorframework.io/bundle-unpack-ref"
+
+// podLog returns a pod's log in the install namespace.
+func podLog(name string) string {
+	GinkgoHelper()
+	data, err := cs.CoreV1().Pods(installNamespace).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	Expect(err).NotTo(HaveOccurred(), "log of pod %s/%s", installNamespace, name)
+	return string(data)
 }
 
 // settleWindow is how long a CSV must stay Succeeded before OLM counts as settled.
@@ -509,7 +523,7 @@ func expectInstalled(r *olm.Release) *operatorsv1alpha1.ClusterServiceVersion {
 	owned := r.CSV.Spec.CustomResourceDefinitions.Owned
 	Expect(owned).NotTo(BeEmpty())
 	for _, crd := range owned {
-		Expect(olm.WaitForCRDEstablished(ctx, k8s, crd.Name, installTimeout)).To(Succeed())
+		Expect(crds.WaitEstablished(ctx, k8s, crd.Name, installTimeout)).To(Succeed())
 	}
 
 	// The catalog operator can re-apply the bundle's CRD (which has no conversion stanza)
@@ -541,14 +555,24 @@ func getCSV(name string) *operatorsv1alpha1.ClusterServiceVersion {
 	return csv
 }
 
-func catalogSourceReady(address string) func(g Gomega) {
+// catalogSourceReady checks that the CatalogSource serves the catalog image: OLM runs
+// it as a registry pod on the node, and its connection to the pod's Service is READY.
+func catalogSourceReady(image string) func(g Gomega) {
 	return func(g Gomega) {
 		alive()
-		cs := &operatorsv1alpha1.CatalogSource{}
-		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: olm.Namespace, Name: catalogSource}, cs)).To(Succeed())
-		g.Expect(cs.Status.GRPCConnectionState).NotTo(BeNil(), "CatalogSource %s/%s: no connection state yet", olm.Namespace, catalogSource)
-		g.Expect(cs.Status.GRPCConnectionState.Address).To(Equal(address), "CatalogSource %s/%s", olm.Namespace, catalogSource)
-		g.Expect(cs.Status.GRPCConnectionState.LastObservedState).To(Equal("READY"), "CatalogSource %s/%s at %s", olm.Namespace, catalogSource, address)
+		src := &operatorsv1alpha1.CatalogSource{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: olm.Namespace, Name: catalogSource}, src)).To(Succeed())
+		g.Expect(src.Status.GRPCConnectionState).NotTo(BeNil(), "CatalogSource %s/%s: no connection state yet", olm.Namespace, catalogSource)
+		g.Expect(src.Status.GRPCConnectionState.LastObservedState).To(Equal("READY"), "CatalogSource %s/%s", olm.Namespace, catalogSource)
+		pods := &corev1.PodList{}
+		g.Expect(k8s.List(ctx, pods, client.InNamespace(olm.Namespace), client.MatchingLabels{"olm.catalogSource": catalogSource})).To(Succeed())
+		var serving []string
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Spec.Containers[0].Image == image {
+				serving = append(serving, p.Name)
+			}
+		}
+		g.Expect(serving).To(HaveLen(1), "registry pods of CatalogSource %s/%s running %s", olm.Namespace, catalogSource, image)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,25 +36,26 @@ const (
 )
 
 // startPackageServer wires package-server in as an aggregated API server, as OLM's own
-// packageserver CSV would: a Service without selector whose ClusterIP is added to the
-// namespace's loopback, an EndpointSlice for kube-apiserver's availability check, a
-// serving certificate for the Service's DNS name from a test CA that the APIService
-// trusts, and the process listening on ClusterIP:443. It returns once the APIService is
-// Available.
+// packageserver CSV would, but running out of cluster on the node: a Service without
+// selector and an EndpointSlice naming the node's address and the port package-server
+// listens on there (kube-proxy sends the Service's traffic to it), a serving certificate
+// for the Service's DNS name from a test CA that the APIService trusts. It returns once
+// the APIService is Available.
 func startPackageServer(ctx context.Context, c *cluster.Cluster, k8s client.Client, dir, logDir string) (*process.Process, error) {
+	port, err := process.FreePort()
+	if err != nil {
+		return nil, err
+	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: packageServerService, Namespace: Namespace},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{
-			Name: "https", Port: packageServerPort, Protocol: corev1.ProtocolTCP,
+			Name: "https", Port: packageServerPort, TargetPort: intstr.FromInt(port), Protocol: corev1.ProtocolTCP,
 		}}},
 	}
 	if err := k8s.Create(ctx, svc); err != nil {
 		return nil, fmt.Errorf("create Service %s: %w", packageServerService, err)
 	}
 	clusterIP := svc.Spec.ClusterIP
-	if err := AddLoopbackAddress(clusterIP); err != nil {
-		return nil, err
-	}
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: packageServerService, Namespace: Namespace,
@@ -61,10 +63,10 @@ func startPackageServer(ctx context.Context, c *cluster.Cluster, k8s client.Clie
 		},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{{
-			Addresses:  []string{clusterIP},
+			Addresses:  []string{cluster.NodeIP},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 		}},
-		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To[int32](packageServerPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}}, //nolint:gosec // G115: a TCP port
 	}
 	if err := k8s.Create(ctx, slice); err != nil {
 		return nil, fmt.Errorf("create EndpointSlice %s: %w", packageServerService, err)
@@ -87,8 +89,8 @@ func startPackageServer(ctx context.Context, c *cluster.Cluster, k8s client.Clie
 		"--kubeconfig", c.Kubeconfig,
 		"--authentication-kubeconfig", c.Kubeconfig,
 		"--authorization-kubeconfig", c.Kubeconfig,
-		"--bind-address", clusterIP,
-		"--secure-port", strconv.Itoa(packageServerPort),
+		"--bind-address", cluster.NodeIP,
+		"--secure-port", strconv.Itoa(port),
 		"--tls-cert-file", filepath.Join(certDir, "tls.crt"),
 		"--tls-private-key-file", filepath.Join(certDir, "tls.key"),
 		"--global-namespace", Namespace,

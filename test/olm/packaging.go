@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/blang/semver/v4"
 	apimanifests "github.com/operator-framework/api/pkg/manifests"
@@ -15,12 +13,11 @@ import (
 
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 	"github.com/phalanks/phalanks-operator/hack/olm/catalog"
-	"github.com/phalanks/phalanks-operator/test/harness/process"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
-// imageRegistry is the Makefile's IMAGE_REGISTRY. Nothing pulls the images here (kwok
-// fakes the operator's pod), but the bundle names them as a release would.
+// imageRegistry is the Makefile's IMAGE_REGISTRY: the bundle names the images as a
+// release does, and the node pulls them from its local registry, which mirrors it.
 const imageRegistry = "quay.io/phalanks"
 
 // Release is the tree packaged as one version.
@@ -30,6 +27,11 @@ type Release struct {
 	BundleDir string
 	// CSV is the bundle's ClusterServiceVersion.
 	CSV *operatorsv1alpha1.ClusterServiceVersion
+	// Image and ScorecardImage are the operator and scorecard-test images the bundle
+	// names; BundleImage is the bundle's own image.
+	Image, ScorecardImage, BundleImage string
+	// Bundle is the catalog entry of the bundle image, by digest (Images.PushRelease).
+	Bundle *declcfg.Bundle
 }
 
 // CSVName is the release's ClusterServiceVersion name, phalanks-operator.v<version>.
@@ -60,10 +62,16 @@ func PackageRelease(ctx context.Context, version semver.Version, dir string) (*R
 	if err != nil {
 		return nil, err
 	}
-	files, err := bundle.Generate(ctx, root, kustomize, bundle.Params{
+	r := &Release{
 		Version:        version.String(),
 		Image:          fmt.Sprintf("%s/phalanks-operator:v%s", imageRegistry, version),
 		ScorecardImage: fmt.Sprintf("%s/phalanks-operator-scorecard-tests:v%s", imageRegistry, version),
+		BundleImage:    fmt.Sprintf("%s/phalanks-operator-bundle:v%s", imageRegistry, version),
+	}
+	files, err := bundle.Generate(ctx, root, kustomize, bundle.Params{
+		Version:        r.Version,
+		Image:          r.Image,
+		ScorecardImage: r.ScorecardImage,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("generate the bundle of %s: %w", version, err)
@@ -71,7 +79,7 @@ func PackageRelease(ctx context.Context, version semver.Version, dir string) (*R
 	if err := bundle.Write(dir, files); err != nil {
 		return nil, err
 	}
-	r := &Release{Version: version.String(), BundleDir: filepath.Join(dir, bundle.Dir)}
+	r.BundleDir = filepath.Join(dir, bundle.Dir)
 	b, err := apimanifests.GetBundleFromDir(r.BundleDir)
 	if err != nil {
 		return nil, fmt.Errorf("load the bundle of %s: %w", version, err)
@@ -82,16 +90,15 @@ func PackageRelease(ctx context.Context, version semver.Version, dir string) (*R
 
 // WriteCatalog writes a file-based catalog root at dir whose stable channel holds the
 // releases in order, each added as the new head the way `make catalog` does (replaces
-// the previous head, skipRange over the older ones). The bundles are rendered from their
-// directories with an empty image, so they embed every manifest and OLM installs them
-// without an unpack Job. The catalog is validated as `opm validate` does. It returns the
-// channel's entries.
+// the previous head, skipRange over the older ones), each entry referencing its bundle
+// image by digest as the published catalog does (Images.PushRelease rendered them). OLM
+// installs from it with a bundle unpack Job per bundle. The catalog is validated as `opm
+// validate` does. It returns the channel's entries.
 func WriteCatalog(ctx context.Context, dir string, releases ...*Release) ([]declcfg.ChannelEntry, error) {
 	cfg := &declcfg.DeclarativeConfig{}
 	for _, r := range releases {
-		b, err := catalog.RenderBundle(ctx, r.BundleDir, "")
-		if err != nil {
-			return nil, err
+		if r.Bundle == nil {
+			return nil, fmt.Errorf("release %s has no bundle image rendered: push its images first", r.Version)
 		}
 		var icon *declcfg.Icon
 		if len(r.CSV.Spec.Icon) > 0 {
@@ -101,7 +108,7 @@ func WriteCatalog(ctx context.Context, dir string, releases ...*Release) ([]decl
 			}
 			icon = &declcfg.Icon{Data: data, MediaType: r.CSV.Spec.Icon[0].MediaType}
 		}
-		if err := catalog.AddHead(cfg, b, icon, r.CSV.GetAnnotations()["description"]); err != nil {
+		if err := catalog.AddHead(cfg, r.Bundle, icon, r.CSV.GetAnnotations()["description"]); err != nil {
 			return nil, err
 		}
 	}
@@ -116,48 +123,3 @@ func WriteCatalog(ctx context.Context, dir string, releases ...*Release) ([]decl
 	}
 	return cfg.Channels[0].Entries, nil
 }
-
-// CatalogServer is `opm serve` over one catalog directory.
-type CatalogServer struct {
-	// Address is host:port of its gRPC registry API, for a CatalogSource's spec.address.
-	Address string
-	proc    *process.Process
-}
-
-// ServeCatalog starts opm serve on a free loopback port (it listens on every interface of
-// the private namespace). It caches in dir and logs to logDir.
-func ServeCatalog(catalogDir, dir, logDir, name string) (*CatalogServer, error) {
-	opm, err := tools.Path("opm")
-	if err != nil {
-		return nil, err
-	}
-	port, err := process.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	s := &CatalogServer{Address: process.HostPort(port)}
-	s.proc = &process.Process{
-		Name: name,
-		Path: opm,
-		Args: []string{"serve", catalogDir, "--port", fmt.Sprint(port),
-			// The defaults would bind a fixed profiling port and write to /dev; a fresh cache
-			// directory has nothing to check the integrity of.
-			"--pprof-addr=", "--cache-dir=" + filepath.Join(dir, "cache"), "--cache-enforce-integrity=false",
-			"--termination-log=" + filepath.Join(dir, "termination.log")},
-		LogPath: filepath.Join(logDir, name+".log"),
-	}
-	if err := s.proc.Start(); err != nil {
-		return nil, err
-	}
-	if err := process.WaitFor(s.proc, time.Minute, func() error { return dial(s.Address) }); err != nil {
-		_ = s.Stop()
-		return nil, err
-	}
-	return s, nil
-}
-
-// Stop ends the server.
-func (s *CatalogServer) Stop() error { return s.proc.Stop(10 * time.Second) }

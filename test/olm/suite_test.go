@@ -19,6 +19,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,13 +27,14 @@ import (
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/test/harness/cluster"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
+	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
 	"github.com/phalanks/phalanks-operator/test/olm"
 )
 
-// The whole suite runs in a private network namespace with only loopback; see
-// olm.EnterPrivateNetwork.
+// The whole suite runs in a sandbox of private namespaces with the real node; see
+// test/harness/sandbox.
 func TestMain(m *testing.M) {
-	if err := olm.EnterPrivateNetwork(); err != nil {
+	if err := sandbox.Enter(); err != nil {
 		fmt.Fprintln(os.Stderr, "test/olm:", err)
 		os.Exit(2)
 	}
@@ -50,6 +52,7 @@ var (
 	ctx    context.Context
 	dir    string
 	k8s    client.Client
+	cs     kubernetes.Interface
 	local  *cluster.Cluster
 	lm     *olm.OLM
 	s3     *minio.Server
@@ -58,10 +61,21 @@ var (
 	// previous and current are the tree packaged at two versions: the committed bundle's
 	// version and the next patch release.
 	previous, current *olm.Release
-	// previousCatalog holds previous only; upgradeCatalog holds previous → current, whose
-	// channel entries are upgradeChannel.
+	// previousCatalog is the catalog image holding previous only; upgradeCatalog the one
+	// holding previous → current, whose channel entries are upgradeChannel.
 	previousCatalog, upgradeCatalog string
 	upgradeChannel                  []declcfg.ChannelEntry
+	// untarImage is the busybox image operator-sdk scorecard's untar step runs here.
+	untarImage string
+)
+
+// The catalog images' references, as a release would publish them.
+const (
+	previousCatalogImage = "quay.io/phalanks/phalanks-operator-catalog:e2e-previous"
+	upgradeCatalogImage  = "quay.io/phalanks/phalanks-operator-catalog:e2e-upgrade"
+	busyboxImage         = "quay.io/phalanks-e2e/busybox:1.35"
+	// testAppImage is what Foo's Deployment runs.
+	testAppImage = "quay.io/phalanks-e2e/testapp:1"
 )
 
 func newScheme() *runtime.Scheme {
@@ -99,33 +113,50 @@ var _ = BeforeSuite(func() {
 	check(err)
 	current, err = olm.PackageRelease(ctx, next, filepath.Join(dir, "releases", next.String()))
 	check(err)
-	previousCatalog = filepath.Join(dir, "catalogs", "previous")
-	_, err = olm.WriteCatalog(ctx, previousCatalog, previous)
-	check(err)
-	upgradeCatalog = filepath.Join(dir, "catalogs", "upgrade")
-	upgradeChannel, err = olm.WriteCatalog(ctx, upgradeCatalog, previous, current)
-	check(err)
 
-	By("starting the local control plane with API aggregation")
+	By("starting the local cluster with a real node and API aggregation, its registry mirroring quay.io")
 	start := time.Now()
-	local, err = cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), Aggregation: true})
+	local, err = cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), RealNode: true, Aggregation: true, Mirrors: []string{"quay.io"}})
 	check(err)
-	DeferCleanup(local.Stop)
+	DeferCleanup(func() { check(local.Shutdown()) })
 	k8s, err = client.New(local.Config, client.Options{Scheme: scheme})
 	check(err)
-	GinkgoWriter.Printf("control plane up in %s\n", time.Since(start).Round(time.Millisecond))
+	cs, err = kubernetes.NewForConfig(local.Config)
+	check(err)
+	GinkgoWriter.Printf("cluster and node up in %s\n", time.Since(start).Round(time.Millisecond))
+
+	By("building the images of both releases and their catalogs, and pushing them to the node's registry")
+	start = time.Now()
+	im, err := olm.NewImages(local, filepath.Join(dir, "images"), GinkgoWriter)
+	check(err)
+	for _, r := range []*olm.Release{previous, current} {
+		check(im.PushRelease(ctx, r))
+	}
+	_, err = olm.WriteCatalog(ctx, filepath.Join(dir, "catalogs", "previous"), previous)
+	check(err)
+	check(im.PushCatalog(ctx, filepath.Join(dir, "catalogs", "previous"), previousCatalogImage))
+	upgradeChannel, err = olm.WriteCatalog(ctx, filepath.Join(dir, "catalogs", "upgrade"), previous, current)
+	check(err)
+	check(im.PushCatalog(ctx, filepath.Join(dir, "catalogs", "upgrade"), upgradeCatalogImage))
+	previousCatalog, upgradeCatalog = previousCatalogImage, upgradeCatalogImage
+	utilImage, opmImage, err := im.PushOLMImages(ctx, previousCatalogImage)
+	check(err)
+	check(im.PushBusybox(ctx, busyboxImage))
+	check(im.PushTestApp(ctx, testAppImage))
+	untarImage = busyboxImage
+	GinkgoWriter.Printf("images built and pushed in %s\n", time.Since(start).Round(time.Millisecond))
 
 	By("starting OLM's olm and catalog operators and package-server out of cluster")
 	start = time.Now()
-	lm, err = olm.StartOLM(ctx, local, k8s, filepath.Join(dir, "olm"), logDir())
+	lm, err = olm.StartOLM(ctx, local, k8s, filepath.Join(dir, "olm"), logDir(), utilImage, opmImage)
 	check(err)
 	DeferCleanup(lm.Stop)
 	GinkgoWriter.Printf("OLM up in %s\n", time.Since(start).Round(time.Millisecond))
 
-	By("starting MinIO inside the network namespace")
+	By("starting MinIO on the node's address, where pods reach it")
 	minioDir := filepath.Join(dir, "minio")
 	Expect(os.MkdirAll(minioDir, 0o700)).To(Succeed())
-	s3, err = minio.Start(minio.Options{Dir: minioDir})
+	s3, err = minio.Start(minio.Options{Dir: minioDir, Host: cluster.NodeIP})
 	check(err)
 	DeferCleanup(s3.Stop)
 })
@@ -146,20 +177,6 @@ func leftoverChildren() []string {
 	}
 	return left
 }
-
-// stopped holds what specs start that must run until the suite ends (DeferCleanup in a
-// spec would stop it when the spec ends).
-var stopped []func() error
-
-// stopAtSuiteEnd stops a process the specs started when the suite ends, before the
-// harnesses BeforeSuite started (the newest first).
-func stopAtSuiteEnd(stop func() error) { stopped = append(stopped, stop) }
-
-var _ = AfterSuite(func() {
-	for i := len(stopped) - 1; i >= 0; i-- {
-		check(stopped[i]())
-	}
-})
 
 // The folder with every log is named on failure and removed on success, after every
 // process has been stopped.
@@ -189,11 +206,7 @@ func check(err error) {
 
 // alive stops a wait early when a component has exited: waiting longer cannot help.
 func alive() {
-	checks := []func() error{local.Healthy, lm.Healthy}
-	if kubelet != nil {
-		checks = append(checks, kubelet.Err)
-	}
-	for _, healthy := range checks {
+	for _, healthy := range []func() error{local.Healthy, lm.Healthy} {
 		if err := healthy(); err != nil {
 			StopTrying(err.Error()).Now()
 		}

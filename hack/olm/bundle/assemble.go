@@ -119,7 +119,7 @@ func Assemble(in *Inputs, p Params) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	csv.Annotations["alm-examples"] = examples
+	csv.Annotations[ALMExamplesAnnotation] = examples
 	csv.Spec.WebhookDefinitions, err = conversionWebhooks(m.crds, m.deployments)
 	if err != nil {
 		return nil, err

@@ -6,7 +6,6 @@
 package scorecard
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 	"github.com/phalanks/phalanks-operator/hack/olm/validate"
 )
 
@@ -71,16 +71,8 @@ func fail(r *scapiv1alpha3.TestResult, state scapiv1alpha3.State, format string,
 }
 
 // examples parses the CSV's alm-examples; a CSV without them has no examples.
-func examples(b *apimanifests.Bundle) ([]unstructured.Unstructured, error) {
-	raw := b.CSV.GetAnnotations()["alm-examples"]
-	if raw == "" {
-		return nil, nil
-	}
-	var crs []unstructured.Unstructured
-	if err := json.Unmarshal([]byte(raw), &crs); err != nil {
-		return nil, fmt.Errorf("parse alm-examples: %w", err)
-	}
-	return crs, nil
+func examples(b *apimanifests.Bundle) ([]*unstructured.Unstructured, error) {
+	return bundle.ALMExamples(b.CSV)
 }
 
 // checkSpec: every example has a spec. The scorecard-test image reports a missing spec
@@ -232,7 +224,7 @@ func specDescriptors(r scapiv1alpha3.TestResult, b *apimanifests.Bundle) scapiv1
 			r.State = scapiv1alpha3.FailState
 			continue
 		}
-		owned := ownedFor(cr, b.CSV)
+		owned := ownedFor(*cr, b.CSV)
 		if owned == nil {
 			fail(&r, scapiv1alpha3.FailState, "Failed to find an owned CRD for CR %s with GVK %s", cr.GetName(), cr.GroupVersionKind())
 			continue
@@ -260,7 +252,7 @@ func statusDescriptors(r scapiv1alpha3.TestResult, b *apimanifests.Bundle) scapi
 		return r
 	}
 	for _, cr := range crs {
-		owned := ownedFor(cr, b.CSV)
+		owned := ownedFor(*cr, b.CSV)
 		if owned == nil {
 			fail(&r, scapiv1alpha3.FailState, "Failed to find an owned CRD for CR %s with GVK %s", cr.GetName(), cr.GroupVersionKind())
 			continue

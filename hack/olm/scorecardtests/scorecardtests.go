@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 )
 
 // Env is what a test works with.
@@ -90,7 +92,7 @@ func Run(ctx context.Context, name string, env *Env) scapiv1alpha3.TestStatus {
 
 // examplesOf returns the bundle's alm-examples of a kind.
 func examplesOf(env *Env, kind string) ([]*unstructured.Unstructured, error) {
-	all, err := almExamples(env.Bundle)
+	all, err := bundle.ALMExamples(env.Bundle.CSV)
 	if err != nil {
 		return nil, err
 	}
@@ -102,19 +104,6 @@ func examplesOf(env *Env, kind string) ([]*unstructured.Unstructured, error) {
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("the bundle has no %s example in alm-examples", kind)
-	}
-	return out, nil
-}
-
-func almExamples(b *apimanifests.Bundle) ([]*unstructured.Unstructured, error) {
-	raw := b.CSV.GetAnnotations()["alm-examples"]
-	list := &unstructured.UnstructuredList{}
-	if err := list.UnmarshalJSON([]byte(`{"apiVersion":"v1","kind":"List","items":` + raw + `}`)); err != nil {
-		return nil, fmt.Errorf("parse alm-examples: %w", err)
-	}
-	out := make([]*unstructured.Unstructured, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, &list.Items[i])
 	}
 	return out, nil
 }

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 )
 
 // fooCreatesDeployment: a Foo from the examples gets a Deployment of its deploymentName,
@@ -145,7 +147,7 @@ func readyVerdict(u *unstructured.Unstructured) (bool, string, error) {
 // its own. With one served version there is no conversion to exercise, and the log says
 // so.
 func servedVersions(ctx context.Context, env *Env, r *Report) error {
-	examples, err := almExamples(env.Bundle)
+	examples, err := bundle.ALMExamples(env.Bundle.CSV)
 	if err != nil {
 		return err
 	}

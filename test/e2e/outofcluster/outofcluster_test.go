@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -85,7 +84,7 @@ func TestRunsFromALaptopWithLeaderElectionAndConversion(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = mgr.Stop(10 * time.Second) })
-	if err := process.WaitFor(mgr, 2*time.Minute, func() error { return httpOK("http://" + process.HostPort(healthPort) + "/readyz") }); err != nil {
+	if err := process.WaitFor(mgr, 2*time.Minute, func() error { return process.HTTPOK(nil, "http://"+process.HostPort(healthPort)+"/readyz", "") }); err != nil {
 		t.Fatal(err)
 	}
 
@@ -197,18 +196,6 @@ func freePorts(t *testing.T, n int) []int {
 		out[i] = p
 	}
 	return out
-}
-
-func httpOK(url string) error {
-	resp, err := http.Get(url) //nolint:gosec,noctx // G107: a loopback URL the test built
-	if err != nil {
-		return err
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return nil
 }
 
 func poll(ctx context.Context, t *testing.T, what string, check func() error) {

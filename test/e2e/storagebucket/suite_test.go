@@ -70,11 +70,8 @@ type manager struct {
 func startManager(name, kubeconfig string, extra ...string) *manager {
 	GinkgoHelper()
 	dir := GinkgoT().TempDir()
-	ca, err := certs.NewCA("webhook-ca")
+	_, err := certs.WriteServing(dir, "127.0.0.1")
 	Expect(err).NotTo(HaveOccurred())
-	pair, err := ca.Issue(certs.LeafOptions{CommonName: "webhook", Hosts: []string{"127.0.0.1"}})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(pair.Write(dir, "tls.crt", "tls.key")).To(Succeed())
 	ports := make([]int, 3)
 	for i := range ports {
 		ports[i], err = process.FreePort()

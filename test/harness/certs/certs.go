@@ -140,3 +140,28 @@ func serial() *big.Int {
 	}
 	return n
 }
+
+// Serving names the files of a serving certificate as controller-runtime's webhook
+// server, OLM and cert-manager's Secrets lay them out.
+const (
+	ServingCert = "tls.crt"
+	ServingKey  = "tls.key"
+)
+
+// WriteServing issues, from a new CA, a serving certificate for hosts (the first is the
+// common name) into dir as tls.crt and tls.key, for a webhook server a test runs, and
+// returns the CA for its clients to trust.
+func WriteServing(dir string, hosts ...string) (*CA, error) {
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("a serving certificate needs a host")
+	}
+	ca, err := NewCA("phalanks-test-serving-ca")
+	if err != nil {
+		return nil, err
+	}
+	pair, err := ca.Issue(LeafOptions{CommonName: hosts[0], Hosts: hosts})
+	if err != nil {
+		return nil, err
+	}
+	return ca, pair.Write(dir, ServingCert, ServingKey)
+}

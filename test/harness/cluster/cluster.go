@@ -1,7 +1,14 @@
-// Package cluster runs a local Kubernetes control plane from real components: etcd,
-// kube-apiserver, kube-controller-manager, kube-scheduler and kwok with fake nodes. Pods
-// are scheduled and reported Running by kwok, so Deployments become Available and
-// garbage collection works, with no kubelet and no container runtime.
+// Package cluster runs a local Kubernetes cluster from real components: etcd,
+// kube-apiserver, kube-controller-manager and kube-scheduler, with nodes of one of two
+// kinds.
+//
+//   - Fake nodes (the default): kwok schedules nothing itself but reports every pod bound
+//     to its nodes Running, so Deployments become Available and garbage collection works,
+//     at any scale, with no container runtime and no root. The large benchmarks use them.
+//   - A real node (Options.RealNode): containerd, runc, the CNI bridge plugins, the kubelet
+//     and kube-proxy run real pods from images in a local registry. It needs root and a
+//     sandbox (package sandbox): the cluster runs in the calling process's private
+//     network, mount and PID namespaces.
 package cluster
 
 import (
@@ -29,7 +36,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/phalanks/phalanks-operator/test/harness/certs"
+	"github.com/phalanks/phalanks-operator/test/harness/kubeconfig"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
+	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
@@ -46,6 +55,15 @@ type Options struct {
 	// to them, and the request-header flags they trust. kube-apiserver publishes that CA
 	// in kube-system/extension-apiserver-authentication for them to read.
 	Aggregation bool
+	// RealNode runs one real node, named NodeName, instead of kwok's fake ones (Nodes is
+	// ignored). The calling process must run as root inside a sandbox (sandbox.Enter);
+	// kube-apiserver then serves on NodeIP too, so pods reach it through the kubernetes
+	// Service.
+	RealNode bool
+	// Mirrors are registries (such as "quay.io") whose images the real node pulls from the
+	// local registry, RegistryHost, and nowhere else: an image the project publishes as
+	// quay.io/phalanks/x:v1 runs from RegistryHost/phalanks/x:v1.
+	Mirrors []string
 }
 
 // Cluster is a running local control plane.
@@ -62,12 +80,14 @@ type Cluster struct {
 	o        Options
 	pki      string
 	tokens   map[string]string
+	ca       *certs.CA
 	caPEM    []byte
 	etcd     *process.Process
 	api      *process.Process
 	kcm      *process.Process
 	sched    *process.Process
 	kwok     *process.Process
+	node     *node
 	apiPort  int
 	etcdPort int
 }
@@ -77,10 +97,13 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if o.Nodes == 0 {
 		o.Nodes = 1
 	}
+	if o.RealNode && !sandbox.Inside() {
+		return nil, errors.New("a real node needs root and a sandbox of its own: call sandbox.Enter first thing in TestMain or main")
+	}
 	c := &Cluster{o: o, LogDir: filepath.Join(o.Dir, "logs"), pki: filepath.Join(o.Dir, "pki")}
 	defer func() {
 		if err != nil {
-			c.Stop()
+			err = errors.Join(err, c.Shutdown())
 			err = fmt.Errorf("%w (component logs in %s)", err, c.LogDir)
 		}
 	}()
@@ -101,6 +124,12 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err := c.startControllers(); err != nil {
 		return nil, err
 	}
+	if o.RealNode {
+		if err := c.startNode(ctx); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
 	if err := c.createNodes(ctx); err != nil {
 		return nil, err
 	}
@@ -118,14 +147,24 @@ func (c *Cluster) writePKI() error {
 	if err != nil {
 		return err
 	}
-	c.caPEM = ca.CertPEM
-	if err := os.WriteFile(filepath.Join(c.pki, "ca.crt"), ca.CertPEM, 0o600); err != nil {
+	c.ca, c.caPEM = ca, ca.CertPEM
+	if err := os.WriteFile(c.pkiPath("ca.crt"), ca.CertPEM, 0o600); err != nil {
 		return err
 	}
-	serving, err := ca.Issue(certs.LeafOptions{
-		CommonName: "kube-apiserver",
-		Hosts:      []string{"127.0.0.1", "localhost", "10.0.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-	})
+	hosts := []string{"127.0.0.1", "localhost", kubernetesSvc, "kubernetes", "kubernetes.default", "kubernetes.default.svc"}
+	if c.o.RealNode {
+		hosts = append(hosts, NodeIP)
+		// kube-apiserver authenticates to the kubelet (logs, exec, port-forward) as a
+		// cluster administrator.
+		client, err := ca.Issue(certs.LeafOptions{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}, Client: true})
+		if err != nil {
+			return err
+		}
+		if err := client.Write(c.pki, "apiserver-kubelet-client.crt", "apiserver-kubelet-client.key"); err != nil {
+			return err
+		}
+	}
+	serving, err := ca.Issue(certs.LeafOptions{CommonName: "kube-apiserver", Hosts: hosts})
 	if err != nil {
 		return err
 	}
@@ -159,7 +198,7 @@ func (c *Cluster) writePKI() error {
 	}
 	c.Server = "https://" + process.HostPort(c.apiPort)
 	for _, u := range users {
-		if err := c.writeKubeconfig(u); err != nil {
+		if err := c.writeKubeconfig(u, kubeconfigUser{token: c.tokens[u]}); err != nil {
 			return err
 		}
 	}
@@ -197,24 +236,16 @@ func (c *Cluster) kubeconfigPath(user string) string {
 	return filepath.Join(c.o.Dir, user+".kubeconfig")
 }
 
-func (c *Cluster) writeKubeconfig(user string) error {
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: %s
-    certificate-authority: %s
-users:
-- name: %s
-  user:
-    token: %s
-contexts:
-- name: local
-  context: {cluster: local, user: %s}
-current-context: local
-`, c.Server, filepath.Join(c.pki, "ca.crt"), user, c.tokens[user], user)
-	return os.WriteFile(c.kubeconfigPath(user), []byte(cfg), 0o600)
+func (c *Cluster) pkiPath(name string) string { return filepath.Join(c.pki, name) }
+
+// kubeconfigUser is how a user authenticates: a token, or a client certificate.
+type kubeconfigUser struct{ token, certFile, keyFile string }
+
+func (c *Cluster) writeKubeconfig(user string, u kubeconfigUser) error {
+	return kubeconfig.Write(c.kubeconfigPath(user), kubeconfig.Config{
+		Server: c.Server, CAFile: c.pkiPath("ca.crt"), User: user,
+		Token: u.token, CertFile: u.certFile, KeyFile: u.keyFile,
+	})
 }
 
 func (c *Cluster) component(name string, args ...string) (*process.Process, error) {
@@ -248,7 +279,7 @@ func (c *Cluster) startEtcd() error {
 	if err := c.etcd.Start(); err != nil {
 		return err
 	}
-	return process.WaitFor(c.etcd, time.Minute, func() error { return httpOK(http.DefaultClient, client+"/health", "") })
+	return process.WaitFor(c.etcd, time.Minute, func() error { return process.HTTPOK(http.DefaultClient, client+"/health", "") })
 }
 
 // StartAPIServer starts kube-apiserver on the cluster's fixed address (also after
@@ -259,20 +290,37 @@ func (c *Cluster) StartAPIServer() error {
 	}
 	args := []string{
 		"--etcd-servers", "http://" + process.HostPort(c.etcdPort),
-		"--bind-address", "127.0.0.1",
-		"--advertise-address", "127.0.0.1",
 		"--secure-port", strconv.Itoa(c.apiPort),
 		"--tls-cert-file", filepath.Join(c.pki, "apiserver.crt"),
 		"--tls-private-key-file", filepath.Join(c.pki, "apiserver.key"),
 		"--client-ca-file", filepath.Join(c.pki, "ca.crt"),
 		"--token-auth-file", filepath.Join(c.pki, "tokens.csv"),
 		"--authorization-mode", "Node,RBAC",
-		"--service-cluster-ip-range", "10.0.0.0/24",
+		"--service-cluster-ip-range", serviceCIDR,
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", filepath.Join(c.pki, "sa.key"),
 		"--service-account-signing-key-file", filepath.Join(c.pki, "sa.key"),
 		"--allow-privileged=true",
-		"--endpoint-reconciler-type", "none",
+	}
+	if c.o.RealNode {
+		// Pods reach kube-apiserver through the kubernetes Service, whose endpoint is the
+		// advertised address; it reaches kubelets by their InternalIP (they have no DNS
+		// name) and checks their serving certificates.
+		args = append(args,
+			"--bind-address", "0.0.0.0",
+			"--advertise-address", NodeIP,
+			"--kubelet-client-certificate", c.pkiPath("apiserver-kubelet-client.crt"),
+			"--kubelet-client-key", c.pkiPath("apiserver-kubelet-client.key"),
+			"--kubelet-certificate-authority", c.pkiPath("ca.crt"),
+			"--kubelet-preferred-address-types", "InternalIP",
+			"--enable-admission-plugins", "NodeRestriction",
+		)
+	} else {
+		args = append(args,
+			"--bind-address", "127.0.0.1",
+			"--advertise-address", "127.0.0.1",
+			"--endpoint-reconciler-type", "none",
+		)
 	}
 	if c.o.Aggregation {
 		args = append(args,
@@ -296,24 +344,32 @@ func (c *Cluster) StartAPIServer() error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(c.caPEM)
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	return process.WaitFor(c.api, 2*time.Minute, func() error { return httpOK(hc, c.Server+"/readyz", c.tokens["admin"]) })
+	return process.WaitFor(c.api, 2*time.Minute, func() error { return process.HTTPOK(hc, c.Server+"/readyz", c.tokens["admin"]) })
 }
 
 // StopAPIServer stops kube-apiserver, leaving etcd and the other components running.
 func (c *Cluster) StopAPIServer() error { return c.api.Stop(5 * time.Second) }
 
 func (c *Cluster) startControllers() error {
-	var err error
-	c.kcm, err = c.component("kube-controller-manager",
+	kcmArgs := []string{
 		"--kubeconfig", c.kubeconfigPath("kube-controller-manager"),
 		"--secure-port", "0",
 		"--leader-elect=false",
 		"--service-account-private-key-file", filepath.Join(c.pki, "sa.key"),
 		"--root-ca-file", filepath.Join(c.pki, "ca.crt"),
 		"--cluster-cidr", "10.1.0.0/16",
-		"--controllers", "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-csrsigning",
-	)
-	if err != nil {
+	}
+	if c.o.RealNode {
+		// The node lifecycle controller lifts the not-ready taint a real node registers
+		// with; each controller acts as its own service account, as in a real cluster.
+		kcmArgs = append(kcmArgs,
+			"--controllers", "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,-csrsigning",
+			"--use-service-account-credentials=true")
+	} else {
+		kcmArgs = append(kcmArgs, "--controllers", "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-csrsigning")
+	}
+	var err error
+	if c.kcm, err = c.component("kube-controller-manager", kcmArgs...); err != nil {
 		return err
 	}
 	c.sched, err = c.component("kube-scheduler",
@@ -323,6 +379,14 @@ func (c *Cluster) startControllers() error {
 	)
 	if err != nil {
 		return err
+	}
+	if c.o.RealNode {
+		for _, p := range []*process.Process{c.kcm, c.sched} {
+			if err := p.Start(); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	kwokPort, err := process.FreePort()
 	if err != nil {
@@ -406,7 +470,11 @@ func (c *Cluster) createNodes(ctx context.Context) error {
 }
 
 func (c *Cluster) failedComponent() error {
-	for _, p := range []*process.Process{c.etcd, c.api, c.kcm, c.sched, c.kwok} {
+	procs := []*process.Process{c.etcd, c.api, c.kcm, c.sched, c.kwok}
+	if c.node != nil {
+		procs = append(procs, c.node.processes()...)
+	}
+	for _, p := range procs {
 		if p != nil {
 			if err := p.FailedEarly(); err != nil {
 				return err
@@ -419,13 +487,23 @@ func (c *Cluster) failedComponent() error {
 // Healthy returns an error naming the first component that has exited.
 func (c *Cluster) Healthy() error { return c.failedComponent() }
 
-// Stop ends every component, newest first.
-func (c *Cluster) Stop() {
+// Stop ends every component, newest first; see Shutdown.
+func (c *Cluster) Stop() { _ = c.Shutdown() }
+
+// Shutdown ends every component, newest first. A real node is torn down first, leaving
+// no process, mount, cgroup or network link behind; what it could not remove is
+// returned.
+func (c *Cluster) Shutdown() error {
+	var err error
+	if c.node != nil {
+		err = c.node.stop()
+	}
 	for _, p := range []*process.Process{c.kwok, c.sched, c.kcm, c.api, c.etcd} {
 		if p != nil {
 			_ = p.Stop(15 * time.Second)
 		}
 	}
+	return err
 }
 
 func fakeCapacity() corev1.ResourceList {
@@ -443,25 +521,6 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
-}
-
-func httpOK(hc *http.Client, url, token string) error {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return nil
 }
 
 func randomHex(n int) string {

@@ -88,24 +88,34 @@ func Install(ctx context.Context, c client.Client, crds []*apiextensionsv1.Custo
 		}
 	}
 	for _, crd := range crds {
-		if err := waitEstablished(ctx, c, crd.Name); err != nil {
+		if err := WaitEstablished(ctx, c, crd.Name, time.Minute); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func waitEstablished(ctx context.Context, c client.Client, name string) error {
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+// WaitEstablished waits until the named CRD is Established, and says how it was last
+// seen when it is not within timeout.
+func WaitEstablished(ctx context.Context, c client.Client, name string, timeout time.Duration) error {
+	last := "not found"
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		crd := &apiextensionsv1.CustomResourceDefinition{}
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
-			return false, nil //nolint:nilerr // keep polling through transient errors
+			last = err.Error()
+			return false, nil // keep polling through transient errors
 		}
+		last = "no Established condition"
 		for _, cond := range crd.Status.Conditions {
-			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-				return true, nil
+			if cond.Type == apiextensionsv1.Established {
+				last = fmt.Sprintf("Established=%s (%s: %s)", cond.Status, cond.Reason, cond.Message)
+				return cond.Status == apiextensionsv1.ConditionTrue, nil
 			}
 		}
 		return false, nil
 	})
+	if err != nil {
+		return fmt.Errorf("CRD %s not established after %s; last seen: %s", name, timeout, last)
+	}
+	return nil
 }

@@ -10,9 +10,11 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	miniogo "github.com/minio/minio-go/v7"
@@ -33,6 +35,9 @@ type Options struct {
 	Region string
 	// Port to listen on; 0 picks a free one.
 	Port int
+	// Host is the address to listen on; empty means 127.0.0.1. Pods on the local cluster's
+	// real node reach the node's address (cluster.NodeIP), not the test's loopback.
+	Host string
 }
 
 // Server is a running (or stopped) MinIO.
@@ -59,6 +64,9 @@ func Start(o Options) (*Server, error) {
 	if o.Region == "" {
 		o.Region = "us-east-1"
 	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
 	if o.Port == 0 {
 		if o.Port, err = process.FreePort(); err != nil {
 			return nil, err
@@ -69,7 +77,7 @@ func Start(o Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		Endpoint:  process.HostPort(o.Port),
+		Endpoint:  net.JoinHostPort(o.Host, strconv.Itoa(o.Port)),
 		AccessKey: "test-" + randomHex(8),
 		SecretKey: randomHex(20),
 		Region:    o.Region,
@@ -85,7 +93,7 @@ func Start(o Options) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		pair, err := ca.Issue(certs.LeafOptions{CommonName: "minio", Hosts: []string{"127.0.0.1", "localhost"}})
+		pair, err := ca.Issue(certs.LeafOptions{CommonName: "minio", Hosts: []string{o.Host, "127.0.0.1", "localhost"}})
 		if err != nil {
 			return nil, err
 		}

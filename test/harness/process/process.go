@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -190,4 +191,29 @@ func WaitFor(p *Process, timeout time.Duration, check func() error) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// HTTPOK sends GET url, with token as a bearer token unless it is empty, and returns nil
+// when the answer is 200 OK: a readiness check for WaitFor. A nil client means one with a
+// five-second timeout.
+func HTTPOK(hc *http.Client, url, token string) error {
+	if hc == nil {
+		hc = &http.Client{Timeout: 5 * time.Second}
+	}
+	req, err := http.NewRequest(http.MethodGet, url, nil) //nolint:noctx // bounded by the client's timeout
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
 }

@@ -113,16 +113,9 @@ type Operator struct {
 func Prepare(t testing.TB) *Operator {
 	t.Helper()
 	dir := t.TempDir()
-	ca, err := certs.NewCA("phalanks-operator-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue(certs.LeafOptions{CommonName: "webhook", Hosts: []string{"127.0.0.1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	o := &Operator{certDir: filepath.Join(dir, "serving-certs"), LogPath: filepath.Join(dir, "manager.log"), caPool: x509.NewCertPool()}
-	if err := leaf.Write(o.certDir, "tls.crt", "tls.key"); err != nil {
+	ca, err := certs.WriteServing(o.certDir, "127.0.0.1")
+	if err != nil {
 		t.Fatal(err)
 	}
 	o.caPool.AddCert(ca.Cert)

@@ -1,0 +1,217 @@
+package realnode_test
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"time"
+
+	miniogo "github.com/minio/minio-go/v7"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
+)
+
+const (
+	metricsService = "phalanks-controller-manager-metrics-service"
+	metricsReader  = "phalanks-metrics-reader"
+	// The manager's probes as config/manager sets them: liveness starts after 15s and
+	// repeats every 20s.
+	livenessDelay  = 15 * time.Second
+	livenessPeriod = 20 * time.Second
+)
+
+var _ = Describe("the operator as users deploy it from config/default", Ordered, func() {
+	const userNamespace = "team-storage"
+
+	BeforeAll(func() {
+		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: userNamespace}})).To(Succeed())
+	})
+
+	It("runs its image in a namespace where restricted Pod Security is enforced, its probes passing", func() {
+		ns := &corev1.Namespace{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: operatorNamespace}, ns)).To(Succeed())
+		Expect(ns.Labels).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"))
+
+		pod := operatorPod()
+		Expect(pod.Spec.Containers[0].Image).To(HavePrefix("quay.io/phalanks/phalanks-operator:"), "the image config/manager names, pulled through the node's mirror")
+		By("staying Ready without a restart until the liveness probe has run")
+		Eventually(func(g Gomega) {
+			alive()
+			p := &corev1.Pod{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(pod), p)).To(Succeed())
+			g.Expect(p.Status.ContainerStatuses).To(HaveLen(1))
+			s := p.Status.ContainerStatuses[0]
+			g.Expect(s.RestartCount).To(BeZero(), "the manager restarted: %+v", s.LastTerminationState)
+			g.Expect(s.Ready).To(BeTrue())
+			g.Expect(s.State.Running).NotTo(BeNil())
+			g.Expect(time.Since(s.State.Running.StartedAt.Time)).To(BeNumerically(">", livenessDelay+livenessPeriod),
+				"running long enough for the liveness probe to have run")
+		}).WithTimeout(podTimeout).WithPolling(time.Second).Should(Succeed())
+		events := &corev1.EventList{}
+		Expect(k8s.List(ctx, events, client.InNamespace(operatorNamespace))).To(Succeed())
+		for _, e := range events.Items {
+			Expect(e.Reason).NotTo(Equal("Unhealthy"), "probe failed: %s", e.Message)
+		}
+	})
+
+	It("serves metrics over HTTPS through its Service to an authorized ServiceAccount token only", func() {
+		svc := &corev1.Service{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: metricsService}, svc)).To(Succeed())
+		url := fmt.Sprintf("https://%s:%d/metrics", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port)
+
+		allowed := serviceAccountToken(userNamespace, "prometheus", metricsReader)
+		denied := serviceAccountToken(userNamespace, "nosy", "")
+		// config/default serves metrics on a self-signed certificate (no cert-manager
+		// Certificate for them), which a scraper accepts as it is; what is checked here
+		// is who may read them.
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec // G402: see above
+		}}
+		Eventually(func(g Gomega) {
+			status, body := get(g, hc, url, allowed)
+			g.Expect(status).To(Equal(http.StatusOK), body)
+			g.Expect(body).To(ContainSubstring("controller_runtime_reconcile_total"))
+		}).WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
+		status, body := get(Default, hc, url, denied)
+		Expect(status).To(Equal(http.StatusForbidden), body)
+		status, body = get(Default, hc, url, "")
+		Expect(status).To(Equal(http.StatusUnauthorized), body)
+	})
+
+	It("converts StorageBuckets through its webhook Service and reconciles them against MinIO to Ready", func() {
+		Expect(k8s.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "minio-credentials", Namespace: userNamespace,
+				// The operator reads only Secrets labelled for it.
+				Labels: map[string]string{phalanksv1beta1.LabelSecretAllowed: "true"}},
+			StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": s3.SecretKey},
+		})).To(Succeed())
+		Expect(s3.MakeBucket(ctx, "observed", miniogo.MakeBucketOptions{})).To(Succeed())
+
+		alpha := &phalanksv1alpha1.StorageBucket{
+			ObjectMeta: metav1.ObjectMeta{Name: "observed", Namespace: userNamespace},
+			Spec: phalanksv1alpha1.StorageBucketSpec{
+				BucketName: "observed", Endpoint: s3.Endpoint, Insecure: true, Region: s3.Region,
+				SecretName: "minio-credentials", IntervalSeconds: 10,
+			},
+		}
+		By("creating it as v1alpha1 and reading it as v1beta1: kube-apiserver calls the webhook Service")
+		Eventually(func() error { return k8s.Create(ctx, alpha) }).WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
+		beta := &phalanksv1beta1.StorageBucket{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(alpha), beta)).To(Succeed())
+		Expect(beta.Spec.Endpoint).To(Equal("http://" + s3.Endpoint))
+		Expect(beta.Spec.CredentialsSecretRef).To(HaveField("Name", "minio-credentials"))
+
+		By("going Ready against the MinIO the pod reaches at the node's address")
+		Eventually(func(g Gomega) {
+			sb := &phalanksv1beta1.StorageBucket{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(alpha), sb)).To(Succeed())
+			ready := findCondition(sb.Status.Conditions, phalanksv1beta1.ConditionReady)
+			g.Expect(ready).NotTo(BeNil(), "status %+v", sb.Status)
+			g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "%s: %s", ready.Reason, ready.Message)
+		}).WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
+	})
+
+	It("logs structured JSON lines, none of them with a secret value (kubectl logs through the kubelet)", func() {
+		logs := kubectl("logs", "--namespace", operatorNamespace, "deployment/"+operatorDeployment)
+		Expect(logs).To(MatchRegexp(`"msg":"Starting workers".*"controller":"storagebucket"`), "the manager logged its StorageBucket controller starting")
+		lines := 0
+		for line := range strings.Lines(logs) {
+			if strings.TrimSpace(line) == "" {
+				continue
+			}
+			lines++
+			var entry map[string]any
+			Expect(json.Unmarshal([]byte(line), &entry)).To(Succeed(), "not a JSON log line: %s", line)
+			Expect(entry).To(HaveKey("msg"))
+		}
+		Expect(lines).To(BeNumerically(">", 5))
+		Expect(logs).NotTo(ContainSubstring(s3.SecretKey), "the secret key appears in the manager's log")
+	})
+})
+
+// operatorPod returns the operator's running pod.
+func operatorPod() *corev1.Pod {
+	GinkgoHelper()
+	var pod *corev1.Pod
+	Eventually(func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(k8s.List(ctx, pods, client.InNamespace(operatorNamespace), client.MatchingLabels{"control-plane": "controller-manager"})).To(Succeed())
+		var live []corev1.Pod
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil {
+				live = append(live, p)
+			}
+		}
+		g.Expect(live).To(HaveLen(1), podsSummary(operatorNamespace))
+		pod = &live[0]
+	}).WithTimeout(podTimeout).WithPolling(poll).Should(Succeed())
+	return pod
+}
+
+// serviceAccountToken creates a ServiceAccount, bound to clusterRole unless it is empty,
+// and returns a token for it.
+func serviceAccountToken(namespace, name, clusterRole string) string {
+	GinkgoHelper()
+	Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}})).To(Succeed())
+	if clusterRole != "" {
+		Expect(k8s.Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: namespace + "-" + name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: name}},
+		})).To(Succeed())
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	return tr.Status.Token
+}
+
+func get(g Gomega, hc *http.Client, url, token string) (int, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	g.Expect(err).NotTo(HaveOccurred())
+	return resp.StatusCode, string(body)
+}
+
+func findCondition(conditions []metav1.Condition, t string) *metav1.Condition {
+	for i := range conditions {
+		if conditions[i].Type == t {
+			return &conditions[i]
+		}
+	}
+	return nil
+}
+
+func kubectl(args ...string) string {
+	GinkgoHelper()
+	bin, err := tools.Path("kubectl")
+	check(err)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", local.Kubeconfig}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	Expect(err).NotTo(HaveOccurred(), "kubectl %s: %s", strings.Join(args, " "), stderr.String())
+	return string(out)
+}
