@@ -255,7 +255,9 @@ func TestRepeatedFailuresKeepTheSameMessage(t *testing.T) {
 		{Endpoint: s3probe.Endpoint{URL: "http://" + refused}, Depth: s3probe.DepthHeadBucket},
 		{Endpoint: s3probe.Endpoint{URL: "http://" + silent}, Depth: s3probe.DepthHeadBucket},
 	} {
-		target.Bucket, target.Timeout = "any-bucket", 200*time.Millisecond
+		// A timeout long enough that a loaded machine never turns the refused connection
+		// into a timeout; the silent listener costs it twice.
+		target.Bucket, target.Timeout = "any-bucket", 3*time.Second
 		first := p.Probe(t.Context(), target).Failure
 		second := p.Probe(t.Context(), target).Failure
 		if first == nil || second == nil || first.Message != second.Message {

@@ -31,6 +31,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -438,15 +439,16 @@ func (c *Cluster) createNodes(ctx context.Context) error {
 				Capacity:    fakeCapacity(),
 			},
 		}
-		created, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-		if err != nil {
+		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create node: %w", err)
 		}
 		// Admission taints new nodes not-ready; the node lifecycle controller that would
-		// lift the taint is off (kwok sends no heartbeats), so lift it here.
-		created.Spec.Taints = nil
-		if _, err := cs.CoreV1().Nodes().Update(ctx, created, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("untaint node: %w", err)
+		// lift the taint is off (kwok sends no heartbeats), so lift it here. A patch, not an
+		// update: kwok may already be writing the node's status, and an update from the
+		// created object then fails with a conflict.
+		untaint := []byte(`{"spec":{"taints":null}}`)
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, untaint, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("untaint node %s: %w", node.Name, err)
 		}
 	}
 	deadline := time.Now().Add(2 * time.Minute)
@@ -454,12 +456,12 @@ func (c *Cluster) createNodes(ctx context.Context) error {
 		if err := c.failedComponent(); err != nil {
 			return err
 		}
-		n, err := cs.CoreV1().Nodes().Get(ctx, "kwok-node-0", metav1.GetOptions{})
-		if err == nil && nodeReady(n) {
+		waiting, err := notReadyNode(ctx, cs)
+		if err == nil && waiting == "" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("node kwok-node-0 not Ready after 2m: %w", errors.Join(err, errors.New("timed out")))
+			return fmt.Errorf("node %s not Ready after 2m: %w", waiting, errors.Join(err, errors.New("timed out")))
 		}
 		select {
 		case <-ctx.Done():
@@ -512,6 +514,23 @@ func fakeCapacity() corev1.ResourceList {
 		corev1.ResourceMemory: resource.MustParse("256Gi"),
 		corev1.ResourcePods:   resource.MustParse("1000"),
 	}
+}
+
+// notReadyNode names a fake node that is not Ready yet, or "" when every one is.
+func notReadyNode(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "type=kwok"})
+	if err != nil {
+		return "kwok-node-0", err
+	}
+	if len(nodes.Items) == 0 {
+		return "kwok-node-0", nil
+	}
+	for i := range nodes.Items {
+		if !nodeReady(&nodes.Items[i]) {
+			return nodes.Items[i].Name, nil
+		}
+	}
+	return "", nil
 }
 
 func nodeReady(n *corev1.Node) bool {

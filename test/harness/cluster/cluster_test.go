@@ -20,7 +20,8 @@ func startCluster(t *testing.T) (*cluster.Cluster, kubernetes.Interface) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Dir: t.TempDir(), Aggregation: true})
+	// Several fake nodes: each is untainted while kwok already writes its status.
+	c, err := cluster.Start(ctx, cluster.Options{Dir: t.TempDir(), Aggregation: true, Nodes: 3})
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}
@@ -52,6 +53,18 @@ func TestLocalCluster(t *testing.T) {
 	g := NewWithT(t)
 	c, cs := startCluster(t)
 	ctx := t.Context()
+
+	t.Run("every fake node is Ready and schedulable", func(t *testing.T) {
+		g := NewWithT(t)
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(nodes.Items).To(HaveLen(3))
+		for _, n := range nodes.Items {
+			g.Expect(n.Spec.Taints).To(BeEmpty(), "node %s", n.Name)
+			g.Expect(n.Status.Conditions).To(ContainElement(And(
+				HaveField("Type", corev1.NodeReady), HaveField("Status", corev1.ConditionTrue))), "node %s", n.Name)
+		}
+	})
 
 	t.Run("a Deployment becomes Available with every replica", func(t *testing.T) {
 		g := NewWithT(t)
