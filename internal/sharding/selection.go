@@ -1,0 +1,131 @@
+package sharding
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ServerSideSupported asks the API server whether it applies KEP-5866 shard selectors
+// to resource: a server with the ShardedListAndWatch feature refuses an invalid
+// selector ("invalid shard selector"), one without ignores the field and lists. The answer
+// holds until the API server restarts with other feature gates.
+func ServerSideSupported(ctx context.Context, c metadata.Interface, resource schema.GroupVersionResource) (bool, error) {
+	_, err := c.Resource(resource).List(ctx, metav1.ListOptions{
+		Limit:         1,
+		ShardSelector: "shardRange(object.metadata.uid, 'not-a-hash', 'not-a-hash')",
+	})
+	switch {
+	case err == nil:
+		return false, nil
+	case strings.Contains(err.Error(), "invalid shard selector"):
+		return true, nil
+	default:
+		return false, fmt.Errorf("ask the API server whether it shards lists of %s: %w", resource.Resource, err)
+	}
+}
+
+// Narrowed wraps the list and watch of an informer so that it holds only the objects
+// of the member's slots, through the API server's shard selector. When the owned
+// slots change, the running watch ends with "expired", which makes the informer list
+// again with the new selector: objects of new slots arrive as additions, objects of
+// slots given away as deletions.
+//
+// Used only when ServerSideSupported; otherwise the informer holds every object and
+// the controller filters with the same slot function.
+type Narrowed struct {
+	Member *Member
+	Inner  cache.ListerWatcherWithContext
+}
+
+var (
+	_ cache.ListerWatcherWithContext = (*Narrowed)(nil)
+	_ cache.ListerWatcher            = (*Narrowed)(nil)
+)
+
+// List and Watch serve informers that do not pass a context (the WithContext forms
+// are used when present).
+func (n *Narrowed) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return n.ListWithContext(context.Background(), opts)
+}
+
+func (n *Narrowed) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return n.WatchWithContext(context.Background(), opts)
+}
+
+// ListWithContext lists the objects of the owned slots.
+func (n *Narrowed) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	owned, _ := n.Member.Owned()
+	opts.ShardSelector = owned.Selector()
+	return n.Inner.ListWithContext(ctx, opts)
+}
+
+// WatchWithContext watches the objects of the owned slots until they change.
+func (n *Narrowed) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	owned, changed := n.Member.Owned()
+	opts.ShardSelector = owned.Selector()
+	w, err := n.Inner.WatchWithContext(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return newEndingWatch(w, changed), nil
+}
+
+// endingWatch forwards a watch until a channel closes, then sends an "expired" error
+// and ends, so the informer lists again.
+type endingWatch struct {
+	inner  watch.Interface
+	out    chan watch.Event
+	stop   chan struct{}
+	closed atomic.Bool
+}
+
+func newEndingWatch(inner watch.Interface, end <-chan struct{}) *endingWatch {
+	w := &endingWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
+	go w.run(end)
+	return w
+}
+
+func (w *endingWatch) run(end <-chan struct{}) {
+	defer close(w.out)
+	defer w.inner.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-end:
+			expired := apierrors.NewResourceExpired("the owned shard slots changed")
+			select {
+			case w.out <- watch.Event{Type: watch.Error, Object: &expired.ErrStatus}:
+			case <-w.stop:
+			}
+			return
+		case e, ok := <-w.inner.ResultChan():
+			if !ok {
+				return
+			}
+			select {
+			case w.out <- e:
+			case <-w.stop:
+				return
+			}
+		}
+	}
+}
+
+func (w *endingWatch) ResultChan() <-chan watch.Event { return w.out }
+
+func (w *endingWatch) Stop() {
+	if w.closed.CompareAndSwap(false, true) {
+		close(w.stop)
+	}
+}
