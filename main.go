@@ -87,7 +87,8 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.enableHTTP2, "enable-http2", false,
 		"Serve HTTP/2 on the metrics and webhook servers (off by default: CVE-2023-44487, CVE-2023-39325).")
 	fs.BoolVar(&c.leaderElect, "leader-elect", false,
-		"Elect a leader so that only one replica probes buckets and runs leader-only work.")
+		"Elect a leader that runs the leader-only work (Foo, scheduled scaling, storage migration); the replicas "+
+			"also share the StorageBuckets through a ring of Leases in the same namespace.")
 	fs.StringVar(&c.leaderElectNamespace, "leader-elect-namespace", "",
 		"Namespace of the leader election Lease; empty means the pod's namespace, or outside a cluster "+
 			"the namespace of the kubeconfig's current context.")
@@ -160,7 +161,13 @@ func run(args []string) error {
 	if cfg.kubeAPIQPS > 0 {
 		restCfg.QPS, restCfg.Burst = float32(cfg.kubeAPIQPS), cfg.kubeAPIBurst
 	}
-	mgr, err := ctrl.NewManager(restCfg, managerOptions(cfg))
+	newInformer, err := setupShard(&cfg, restCfg, log)
+	if err != nil {
+		return err
+	}
+	opts := managerOptions(cfg)
+	opts.Cache.NewInformer = newInformer
+	mgr, err := ctrl.NewManager(restCfg, opts)
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}

@@ -27,11 +27,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/internal/s3probe"
+	"github.com/phalanks/phalanks-operator/internal/sharding"
 )
 
 // Options configure the StorageBucket controller.
@@ -49,6 +51,15 @@ type Options struct {
 	// NamespaceDeletionTimeout is how long a StorageBucket in a namespace being deleted
 	// waits for its bucket to be deleted before it lets go and keeps the bucket.
 	NamespaceDeletionTimeout time.Duration
+	// Shard, when set, makes this replica one member of a ring that shares the
+	// StorageBuckets: the controller runs on every replica, not only the elected one,
+	// and probes, manages and writes only the buckets of the member's slots. Nil means
+	// the elected replica handles every bucket.
+	Shard *sharding.Member
+	// ShardLeaseDuration, ShardRenewPeriod and ServerSideSharding are the ring's flags
+	// (main.go builds Shard from them).
+	ShardLeaseDuration, ShardRenewPeriod time.Duration
+	ServerSideSharding                   string
 	// Clock drives the schedule; nil means the real clock.
 	Clock clock.WithTicker
 	// Resolver and Proxy replace the system resolver and the proxy from the environment,
@@ -65,6 +76,8 @@ const (
 	// write per 120 probes, under 0.01 writes per probe.
 	defaultStatusHeartbeat          = time.Hour
 	defaultNamespaceDeletionTimeout = 5 * time.Minute
+	defaultShardLeaseDuration       = 15 * time.Second
+	defaultShardRenewPeriod         = 5 * time.Second
 )
 
 // BindFlags registers the controller's flags.
@@ -88,6 +101,17 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.NamespaceDeletionTimeout, "storagebucket-namespace-deletion-timeout", defaultNamespaceDeletionTimeout,
 		"How long a StorageBucket with deletionPolicy Delete in a namespace being deleted waits for its bucket to be "+
 			"deleted; then it lets go, keeping the bucket, so the namespace deletion completes.")
+	fs.DurationVar(&o.ShardLeaseDuration, "storagebucket-shard-lease-duration", defaultShardLeaseDuration,
+		"With --leader-elect, every replica probes a share of the StorageBuckets and holds a Lease in the ring; a replica "+
+			"that stops renewing it loses its share to the others after this long. Size replicas so that each probes at "+
+			"most concurrency / probe latency buckets per second (docs/storagebucket.md, \"Running more than one replica\").")
+	fs.DurationVar(&o.ShardRenewPeriod, "storagebucket-shard-renew-period", defaultShardRenewPeriod,
+		"How often a replica renews its ring Lease and rereads the ring's members; a joining or leaving replica "+
+			"is seen by the others within this period.")
+	fs.StringVar(&o.ServerSideSharding, "storagebucket-server-side-sharding", "auto",
+		"Whether each replica's StorageBucket informer asks the API server for its share only (KEP-5866 shard "+
+			"selectors, feature gate ShardedListAndWatch): auto (when the API server supports it), true, or false "+
+			"(hold every StorageBucket and filter in the replica).")
 }
 
 func appendCIDRs(to *[]string) func(string) error {
@@ -117,6 +141,11 @@ func (o *Options) defaults() {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+}
+
+// owns reports whether this replica handles the StorageBucket with this UID.
+func (r *Reconciler) owns(uid types.UID) bool {
+	return r.opts.Shard == nil || r.opts.Shard.OwnsUID(uid)
 }
 
 // The controller reads StorageBuckets and writes their status and finalizer. It watches
@@ -177,17 +206,22 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		return nil, err
 	}
 	due := make(chan event.TypedGenericEvent[dueBucket], o.Concurrency)
-	if err := mgr.Add(&ticker{sched: r.sched, events: due, period: o.Tick, clock: o.Clock,
+	if err := mgr.Add(&ticker{sched: r.sched, events: due, period: o.Tick, clock: o.Clock, leaderOnly: o.Shard == nil,
 		onDispatch: func(n int) { dispatchedBuckets.Add(float64(n)); scheduledBuckets.Set(float64(r.sched.Len())) }}); err != nil {
 		return nil, fmt.Errorf("add StorageBucket ticker: %w", err)
 	}
+	handover, err := r.setupShard(mgr)
+	if err != nil {
+		return nil, err
+	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named("storagebucket").
-		For(&phalanksv1beta1.StorageBucket{}, builder.WithPredicates(specOrLifecycleChanged())).
+		For(&phalanksv1beta1.StorageBucket{}, builder.WithPredicates(r.ownedOrDeleted(), specOrLifecycleChanged())).
 		WatchesRawSource(source.Kind(secrets, secretMetadata(), referenceChanged[*metav1.PartialObjectMetadata](r, kindSecret))).
 		WatchesMetadata(&corev1.ConfigMap{}, referenceChanged[client.Object](r, kindConfigMap)).
 		WatchesRawSource(source.Channel(due, dueHandler(o.Clock))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: o.Concurrency}).
+		WatchesRawSource(source.Channel(handover, &handler.TypedEnqueueRequestForObject[*phalanksv1beta1.StorageBucket]{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: o.Concurrency, NeedLeaderElection: new(o.Shard == nil)}).
 		WithLogConstructor(requestLogger(mgr.GetLogger().WithValues("controller", "storagebucket"))).
 		Complete(r)
 	if err != nil {
@@ -228,6 +262,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get StorageBucket: %w", err)
+	}
+	if !r.owns(sb.UID) {
+		// Another replica's share (or ours until a moment ago): drop what we hold.
+		r.forget(sb.UID)
+		return ctrl.Result{}, nil
 	}
 	if predecessor, replaced := r.mem.track(sb.UID, req.NamespacedName); replaced {
 		// Deleted and created again while the queue merged the events: the old object's

@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// ticker is the Runnable that turns due times into reconcile requests. Added with
-// mgr.Add and not implementing NeedLeaderElection, it runs only on the elected leader,
-// so only the leader probes.
+// ticker is the Runnable that turns due times into reconcile requests. It runs on the
+// elected leader only, or on every replica when the replicas share the buckets
+// through a shard ring (each then schedules only its own share).
 //
 // Every tick it dispatches the buckets due before the next tick and sends them into
 // the channel the controller watches; the handler delays each request until its due
@@ -26,7 +26,11 @@ type ticker struct {
 	clock  clock.WithTicker
 	// onDispatch observes how many buckets a wake-up dispatched.
 	onDispatch func(n int)
+	leaderOnly bool
 }
+
+// NeedLeaderElection keeps an unsharded ticker on the elected leader.
+func (t *ticker) NeedLeaderElection() bool { return t.leaderOnly }
 
 // Start runs until ctx ends. Sends give way to shutdown, so a full channel never
 // holds the manager up.
