@@ -35,7 +35,7 @@ var (
 
 	probesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "phalanks_storagebucket_probes_total",
-		Help: "Bucket probes, by what caused them: schedule (due time reached), new (never probed), spec (generation changed), inputs (Secret, CA or adopt annotation changed).",
+		Help: "Bucket probes, by what caused them: schedule (due time reached), new (never probed), spec (generation changed), inputs (Secret, CA or adopt annotation changed), resume (taken over from another replica whose last due probe may have been missed).",
 	}, []string{"cause"})
 
 	statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{

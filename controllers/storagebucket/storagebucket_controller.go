@@ -143,6 +143,15 @@ func (o *Options) defaults() {
 	}
 }
 
+// mayHaveMissed reports whether a bucket taken over at now may have missed its probe
+// at the grid instant prev: a replica that died stops probing up to a lease duration
+// and two renew periods before the others notice (its last renewal seen one period
+// late, its absence one period late). Without a shard ring nothing is taken over.
+func (r *Reconciler) mayHaveMissed(prev, now time.Time) bool {
+	m := r.opts.Shard
+	return m != nil && now.Sub(prev) < m.LeaseDuration+2*m.RenewPeriod
+}
+
 // owns reports whether this replica handles the StorageBucket with this UID.
 func (r *Reconciler) owns(uid types.UID) bool {
 	return r.opts.Shard == nil || r.opts.Shard.OwnsUID(uid)
@@ -294,9 +303,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case causeNone:
 	case causeResume:
 		// Probed before this process took over: continue on the bucket's grid instead
-		// of probing every bucket at once after a restart or failover.
-		r.sched.Schedule(refOf(sb), nextDue(sb.UID, sb.Spec.HealthCheck.IntervalDuration(), now))
-		return ctrl.Result{}, nil
+		// of probing every bucket at once after a restart or failover, unless its last
+		// grid instant may have been missed while its shard changed hands.
+		interval := sb.Spec.HealthCheck.IntervalDuration()
+		next := nextDue(sb.UID, interval, now)
+		if !r.mayHaveMissed(next.Add(-interval), now) {
+			r.sched.Schedule(refOf(sb), next)
+			return ctrl.Result{}, nil
+		}
+		st = r.probe(ctx, sb, in, st, cause, due, now)
 	default:
 		st = r.probe(ctx, sb, in, st, cause, due, now)
 	}

@@ -1,0 +1,218 @@
+package storagebucket_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/internal/sharding"
+	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+	"github.com/phalanks/phalanks-operator/test/harness/minio"
+)
+
+var _ = Describe("Three managers sharing the StorageBuckets", func() {
+	It("probe every bucket from exactly one replica, and the others probe a killed replica's buckets within the lease duration and one interval", func() {
+		ctx := context.Background()
+		// The API server serves each replica only its share (KEP-5866); the leader
+		// election spec runs the other path, where each replica filters on its side.
+		env, err := envtest.Start(envtest.Options{Scheme: scheme,
+			APIServerArgs: map[string][]string{"feature-gates": {"ShardedListAndWatch=true"}}})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(env.Stop)
+		c := env.Client
+		s3 := minio.StartForTest(GinkgoT(), minio.Options{})
+		for _, ns := range []string{"phalanks-system", "team"} {
+			Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		}
+		Expect(c.Create(ctx, credentialsSecret("team", s3))).To(Succeed())
+		const buckets = 24
+		names := map[string]bool{}
+		for i := range buckets {
+			sb := storageBucket("team", fmt.Sprintf("sb-%02d", i), fmt.Sprintf("shard-bucket-%02d", i), s3)
+			Expect(c.Create(ctx, sb)).To(Succeed())
+			names[sb.Name] = true
+		}
+		grantManagerRBAC(c, "phalanks-manager", "phalanks-system")
+		kubeconfig, err := env.KubeconfigUser("phalanks-manager")
+		Expect(err).NotTo(HaveOccurred())
+		path := writeKubeconfig(kubeconfig)
+		const lease, renew, interval = 4 * time.Second, 500 * time.Millisecond, 5 * time.Second
+		flags := []string{"--leader-elect", "--leader-elect-namespace", "phalanks-system",
+			"--storagebucket-shard-lease-duration", lease.String(), "--storagebucket-shard-renew-period", renew.String(),
+			// Every probe writes lastProbeTime, so the spec sees each probe in the status.
+			"--storagebucket-status-heartbeat", "1s"}
+		gaps := watchProbeGaps(c, "team")
+		managers := []*manager{
+			startManager("replica-a", path, flags...), startManager("replica-b", path, flags...),
+			startManager("replica-c", path, flags...),
+		}
+
+		By("converging on one owner per bucket, and staying there")
+		Eventually(func() error { return exactlyOneOwner(managers, names) }).
+			WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
+		for range 10 {
+			Expect(exactlyOneOwner(managers, names)).To(Succeed())
+			time.Sleep(500 * time.Millisecond)
+		}
+		for _, m := range managers {
+			Expect(m.sum("phalanks_storagebucket_cached")).To(BeNumerically("<", buckets),
+				"%s holds every StorageBucket although the API server shards lists", m.proc.Name)
+		}
+
+		By("killing one replica: the others probe its buckets within the lease duration and one interval")
+		victim := managers[0]
+		orphans := victim.owned()
+		Expect(orphans).NotTo(BeEmpty())
+		victim.proc.Kill()
+		killed := time.Now()
+		survivors := managers[1:]
+		Eventually(func() error { return exactlyOneOwner(survivors, names) }).
+			WithTimeout(lease + interval + 10*time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+		tookOver := time.Since(killed)
+		GinkgoWriter.Printf("the survivors probed the %d buckets of the killed replica %s after the kill (lease %s, renew %s, interval %s)\n",
+			len(orphans), tookOver.Round(10*time.Millisecond), lease, renew, interval)
+		// The survivors saw the last renewal up to one renew period after it was made and
+		// count the Lease out a lease duration later, at their next reread; an orphan whose
+		// due instant fell in that window is probed at once, the others at their next one.
+		Expect(tookOver).To(BeNumerically("<=", lease+interval))
+
+		By("starting it again: about a third of the slots move to it")
+		back := startManager("replica-a2", path, flags...)
+		managers = append(survivors, back)
+		Eventually(func(g Gomega) {
+			// Bounded load: ceil(64/3) = 22 slots at most, so at least 64 - 2·22 = 20.
+			g.Expect(back.sum("phalanks_storagebucket_shard_slots")).To(BeNumerically("~", float64(sharding.Slots)/3, 1.4))
+			g.Expect(back.owned()).NotTo(BeEmpty())
+			g.Expect(exactlyOneOwner(managers, names)).To(Succeed())
+		}).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
+		GinkgoWriter.Printf("the restarted replica holds %d of %d buckets\n", len(back.owned()), buckets)
+		for range 10 {
+			Expect(exactlyOneOwner(managers, names)).To(Succeed())
+			time.Sleep(500 * time.Millisecond)
+		}
+
+		By("never leaving a bucket unprobed longer than one interval plus the takeover")
+		worst := gaps.stop()
+		GinkgoWriter.Printf("longest time between two probes of a bucket: %s (%s); killed at %s\n", worst, gaps.where, killed.Format(time.TimeOnly))
+		// A replica killed just before a bucket's due instant leaves it unprobed for that
+		// interval plus the takeover: the lease duration and up to two renew periods. The
+		// slack: the informer's relist with the new shard selector (client-go waits up to
+		// about a second before it lists again) and lastProbeTime's one-second resolution.
+		Expect(worst).To(BeNumerically("<=", interval+lease+2*renew+3*time.Second))
+		var all string
+		for _, m := range append(managers, victim) {
+			all += m.log()
+		}
+		Expect(all).NotTo(ContainSubstring("forbidden"))
+		expectNoSecrets(all, s3.SecretKey, s3.AccessKey)
+	})
+})
+
+var upSeries = regexp.MustCompile(`^phalanks_storagebucket_up\{.*storagebucket="([^"]+)"`)
+
+// owned returns the StorageBuckets this manager holds: those it has probed and not let
+// go, as its phalanks_storagebucket_up series show.
+func (m *manager) owned() map[string]bool {
+	GinkgoHelper()
+	samples, err := m.scrape()
+	Expect(err).NotTo(HaveOccurred(), "scrape %s", m.proc.Name)
+	out := map[string]bool{}
+	for k := range samples {
+		if s := upSeries.FindStringSubmatch(k); s != nil {
+			out[s[1]] = true
+		}
+	}
+	return out
+}
+
+// exactlyOneOwner checks that each bucket is held by exactly one of the managers.
+func exactlyOneOwner(managers []*manager, names map[string]bool) error {
+	owner := map[string]string{}
+	for _, m := range managers {
+		for name := range m.owned() {
+			if other, ok := owner[name]; ok {
+				return fmt.Errorf("%s is held by %s and %s", name, other, m.proc.Name)
+			}
+			owner[name] = m.proc.Name
+		}
+	}
+	for name := range names {
+		if _, ok := owner[name]; !ok {
+			return fmt.Errorf("%s is held by no replica", name)
+		}
+	}
+	if len(owner) != len(names) {
+		return fmt.Errorf("%d buckets held, %d exist", len(owner), len(names))
+	}
+	return nil
+}
+
+// probeGaps follows every StorageBucket's lastProbeTime and keeps the longest time
+// between two probes of one bucket, counting from its first probe.
+type probeGaps struct {
+	mu    sync.Mutex
+	last  map[string]time.Time
+	worst time.Duration
+	// where says which bucket had the longest gap, and when it ended.
+	where string
+	done  chan struct{}
+	ended chan struct{}
+}
+
+func watchProbeGaps(c client.Client, ns string) *probeGaps {
+	g := &probeGaps{last: map[string]time.Time{}, done: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(g.ended)
+		for {
+			list := &phalanksv1beta1.StorageBucketList{}
+			if err := c.List(context.Background(), list, client.InNamespace(ns)); err == nil {
+				g.observe(list.Items)
+			}
+			select {
+			case <-g.done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return g
+}
+
+func (g *probeGaps) observe(items []phalanksv1beta1.StorageBucket) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, sb := range items {
+		if sb.Status.LastProbeTime == nil {
+			continue
+		}
+		at := sb.Status.LastProbeTime.Time
+		if prev, ok := g.last[sb.Name]; ok && at.After(prev) && at.Sub(prev) > g.worst {
+			g.worst, g.where = at.Sub(prev), fmt.Sprintf("%s, probed at %s after %s", sb.Name, at.Format(time.TimeOnly), prev.Format(time.TimeOnly))
+		}
+		g.last[sb.Name] = at
+	}
+}
+
+// stop ends the watch and returns the longest gap, including the time since each
+// bucket's last probe.
+func (g *probeGaps) stop() time.Duration {
+	close(g.done)
+	<-g.ended
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for name, at := range g.last {
+		if time.Since(at) > g.worst {
+			g.worst, g.where = time.Since(at), name+", not probed since "+at.Format(time.TimeOnly)
+		}
+	}
+	return g.worst
+}
