@@ -47,6 +47,7 @@ type config struct {
 	metricsSecure  bool
 	metricsCertDir string
 	probeAddr      string
+	pprofAddr      string
 	webhookPort    int
 	webhookCertDir string
 	enableHTTP2    bool
@@ -80,6 +81,9 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.metricsCertDir, "metrics-cert-dir", "",
 		"Directory with tls.crt and tls.key for the metrics endpoint; empty generates a self-signed certificate.")
 	fs.StringVar(&c.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
+	fs.StringVar(&c.pprofAddr, "pprof-bind-address", "",
+		"Address Go's /debug/pprof endpoints bind to, without authentication; empty (the default) disables them. "+
+			"For profiling on a trusted network only.")
 	fs.IntVar(&c.webhookPort, "webhook-port", webhook.DefaultPort, "Port the webhook server (CRD conversion) listens on.")
 	fs.StringVar(&c.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
 		"Directory with the webhook server's tls.crt and tls.key (where OLM mounts them). "+
@@ -212,6 +216,7 @@ func managerOptions(cfg config) manager.Options {
 		Scheme:                        newScheme(),
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        cfg.probeAddr,
+		PprofBindAddress:              cfg.pprofAddr,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: cfg.webhookPort, CertDir: cfg.webhookCertDir, TLSOpts: tlsOpts}),
 		LeaderElection:                cfg.leaderElect,
 		LeaderElectionID:              leaderElectionID,

@@ -143,13 +143,17 @@ func (o *Options) defaults() {
 	}
 }
 
-// mayHaveMissed reports whether a bucket taken over at now may have missed its probe
-// at the grid instant prev: a replica that died stops probing up to a lease duration
-// and two renew periods before the others notice (its last renewal seen one period
-// late, its absence one period late). Without a shard ring nothing is taken over.
-func (r *Reconciler) mayHaveMissed(prev, now time.Time) bool {
-	m := r.opts.Shard
-	return m != nil && now.Sub(prev) < m.LeaseDuration+2*m.RenewPeriod
+// mayHaveMissed reports whether the previous owner of a bucket this replica took over
+// may have missed its probe at the grid instant prev: a replica that crashed stopped
+// probing up to a lease duration and two renew periods before its slots were taken
+// over, one that left up to two renew periods before (sharding.Gain). Without a shard
+// ring, and for what a replica owns from its start, nothing counts as missed.
+func (r *Reconciler) mayHaveMissed(uid types.UID, prev time.Time) bool {
+	if r.opts.Shard == nil {
+		return false
+	}
+	g := r.opts.Shard.Gained(sharding.SlotOf(uid))
+	return g.Window > 0 && prev.After(g.At.Add(-g.Window))
 }
 
 // owns reports whether this replica handles the StorageBucket with this UID.
@@ -307,7 +311,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// grid instant may have been missed while its shard changed hands.
 		interval := sb.Spec.HealthCheck.IntervalDuration()
 		next := nextDue(sb.UID, interval, now)
-		if !r.mayHaveMissed(next.Add(-interval), now) {
+		if !r.mayHaveMissed(sb.UID, next.Add(-interval)) {
 			r.sched.Schedule(refOf(sb), next)
 			return ctrl.Result{}, nil
 		}

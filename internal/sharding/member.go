@@ -51,6 +51,11 @@ type Member struct {
 	lease    *coordinationv1.Lease
 	// abandon makes Start end without leaving, as a killed process would (tests).
 	abandon bool
+	// members is the live set of the last step; assigned is whether this member has
+	// owned slots since it started; gained tells how each slot was taken over.
+	members  []string
+	assigned bool
+	gained   [Slots]Gain
 }
 
 // observation is when this member last saw another's Lease change, on its own clock:
@@ -126,7 +131,7 @@ func (m *Member) step(ctx context.Context) {
 	if err := m.renew(ctx); err != nil {
 		m.Log.Error(err, "renew shard lease")
 	}
-	members, err := m.liveMembers(ctx)
+	members, expired, err := m.liveMembers(ctx)
 	if err != nil {
 		m.Log.Error(err, "list shard leases")
 		// Without a fresh view, keep the slots only while our own lease holds.
@@ -139,11 +144,70 @@ func (m *Member) step(ctx context.Context) {
 	if m.selfLive() {
 		owned = Assign(members)[m.Identity]
 	}
+	m.noteGains(owned, members, expired)
 	m.set(owned, members)
 	if m.lease != nil && m.lease.Annotations[SlotsAnnotation] != owned.String() {
 		if err := m.renew(ctx); err != nil {
 			m.Log.Error(err, "publish owned slots")
 		}
+	}
+}
+
+// Gain is when this member took a slot over, and how long before that its previous
+// owner may have stopped working on it.
+type Gain struct {
+	At time.Time
+	// Window is zero when nothing can have been missed: the slot came with this
+	// member's first assignment (what happened before its start is unknown, and the
+	// objects continue where they are), or its previous owner is still live and works
+	// until it sees the change. It is two renew periods when the previous owner left
+	// (it deleted its Lease on the way out, seen up to a period late), and the lease
+	// duration plus two renew periods when it expired (a crash).
+	Window time.Duration
+}
+
+// Gained returns how this member came to own slot.
+func (m *Member) Gained(slot int) Gain {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gained[slot]
+}
+
+// noteGains records a Gain for every slot owned now and not before.
+func (m *Member) noteGains(owned Set, members []string, expired map[string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev, first := m.members, !m.assigned
+	m.members, m.assigned = members, m.assigned || owned != 0
+	gained := owned &^ m.owned
+	if gained == 0 {
+		return
+	}
+	was := Assign(prev)
+	live := map[string]bool{}
+	for _, id := range members {
+		live[id] = true
+	}
+	now := m.Clock.Now()
+	for slot := range Slots {
+		if !gained.Has(slot) {
+			continue
+		}
+		g := Gain{At: now}
+		previous := ""
+		for id, set := range was {
+			if set.Has(slot) {
+				previous = id
+			}
+		}
+		switch {
+		case first, previous == "", live[previous]:
+		case expired[previous]:
+			g.Window = m.LeaseDuration + 2*m.RenewPeriod
+		default:
+			g.Window = 2 * m.RenewPeriod
+		}
+		m.gained[slot] = g
 	}
 }
 
@@ -222,12 +286,13 @@ func (m *Member) renew(ctx context.Context) error {
 }
 
 // liveMembers returns the identities of the ring's live members, this one included
-// when its own lease holds.
-func (m *Member) liveMembers(ctx context.Context) ([]string, error) {
+// when its own lease holds, and those of members whose Lease is there but expired.
+func (m *Member) liveMembers(ctx context.Context) ([]string, map[string]bool, error) {
 	list, err := m.Leases.Leases(m.Namespace).List(ctx, metav1.ListOptions{LabelSelector: RingLabel + "=" + m.Ring})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	expired := map[string]bool{}
 	now := m.Clock.Now()
 	seen := make(map[string]observation, len(list.Items))
 	var live []string
@@ -267,10 +332,11 @@ func (m *Member) liveMembers(ctx context.Context) ([]string, error) {
 			live = append(live, holder)
 			continue
 		}
+		expired[holder] = true
 		m.collect(ctx, l, now)
 	}
 	m.seen = seen
-	return live, nil
+	return live, expired, nil
 }
 
 // staleAfter is how many lease durations a dead member's Lease stays before a live

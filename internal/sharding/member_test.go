@@ -220,20 +220,33 @@ func TestRandomJoinsAndLeavesKeepEverySlotOwnedOnce(t *testing.T) {
 		return nil
 	}
 
+	liveIDs := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var ids []string
+		for id := range live {
+			ids = append(ids, id)
+		}
+		return ids
+	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	join()
 	join()
 	worst := time.Duration(0)
 	for step := range 14 {
-		var what string
+		before := Assign(liveIDs())
+		var what, gone string
+		wantWindow := time.Duration(0)
 		switch op := rng.IntN(4); {
 		case len(live) <= 1 || op < 2 && len(live) < 6:
 			join()
 			what = "join"
 		case op == 2:
-			what = "leave " + remove(false)
+			gone, wantWindow = remove(false), 2*renew
+			what = "leave " + gone
 		default:
-			what = "kill " + remove(true)
+			gone, wantWindow = remove(true), lease+2*renew
+			what = "kill " + gone
 		}
 		start := time.Now()
 		limit := lease + 2*renew + time.Second // a second of API latency on a loaded machine
@@ -244,6 +257,23 @@ func TestRandomJoinsAndLeavesKeepEverySlotOwnedOnce(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		took := time.Since(start)
+		// The slots of a member that went were taken over with the window in which it
+		// may have stopped working: two renew periods after a leave, the lease duration
+		// on top after a kill.
+		if gone != "" {
+			mu.Lock()
+			for id, r := range live {
+				owned, _ := r.m.Owned()
+				for slot := range Slots {
+					if owned.Has(slot) && before[gone].Has(slot) {
+						if g := r.m.Gained(slot); g.Window != wantWindow {
+							t.Errorf("step %d (%s): %s took slot %d over with window %s, want %s", step, what, id, slot, g.Window, wantWindow)
+						}
+					}
+				}
+			}
+			mu.Unlock()
+		}
 		worst = max(worst, took)
 		// Converged: sampled for a few renew periods, the invariant holds throughout.
 		for range 20 {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -69,9 +70,20 @@ func runScenario(b *testing.B) {
 	sc := setup(b, n)
 
 	progress("operator: starting bin/manager")
-	op := sc.start(b, "manager", sc.managerBin, "--leader-elect", "--leader-elect-namespace", "phalanks-system",
+	args := []string{"--leader-elect", "--leader-elect-namespace", "phalanks-system",
 		"--storagebucket-concurrency", strconv.Itoa(concurrency), "--metrics-secure=false",
-		"--storagebucket-endpoint-allow-cidrs=127.0.0.1/32") // MinIO listens on loopback
+		"--storagebucket-endpoint-allow-cidrs=127.0.0.1/32"} // MinIO listens on loopback
+	// PHALANKS_BENCH_CPUPROFILE=<file> writes the manager's CPU profile of the second
+	// re-probe burst there (go tool pprof -top <file>).
+	profile := os.Getenv("PHALANKS_BENCH_CPUPROFILE")
+	var pprofAddr string
+	if profile != "" {
+		port, err := process.FreePort()
+		must(b, err)
+		pprofAddr = process.HostPort(port)
+		args = append(args, "--pprof-bind-address", pprofAddr)
+	}
+	op := sc.start(b, "manager", sc.managerBin, args...)
 	waitFor(b, "every bucket Ready", 10*time.Minute, func() bool { return op.metric("phalanks_storagebucket_up", nil) >= float64(n) })
 	progress("operator: all %d buckets Ready; warming up for one interval", n)
 	time.Sleep(interval)
@@ -92,8 +104,17 @@ func runScenario(b *testing.B) {
 		background := (op.metric("phalanks_storagebucket_probes_total", nil) - bg) / time.Since(t).Seconds()
 		rawRates, rawCPU = append(rawRates, raw+background), append(rawCPU, cpu)
 		progress("capacity round %d: rotating the credentials Secret, so every bucket is due at once", round)
+		var profiled chan error
+		if profile != "" && round == 2 {
+			profiled = make(chan error, 1)
+			go func() { profiled <- cpuProfile(pprofAddr, profile, 10*time.Second) }()
+		}
 		var rate float64
 		rate, cpu, burst = sc.reprobeAll(b, op, n, round)
+		if profiled != nil {
+			must(b, <-profiled)
+			progress("CPU profile of the re-probe burst: %s", profile)
+		}
 		opRates, opCPU = append(opRates, rate), append(opCPU, cpu)
 	}
 	op.stop()
@@ -154,6 +175,27 @@ func (sc *scenario) reprobeAll(b *testing.B, op *proc, n, round int) (rate float
 		return (end.all - base.all) / total.Seconds(), cpuPerProbe, total
 	}
 	return (last.all - first.all) / last.at.Sub(first.at).Seconds(), cpuPerProbe, total
+}
+
+// cpuProfile saves a CPU profile of d from a pprof endpoint.
+func cpuProfile(addr, path string, d time.Duration) error {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("cpu profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func mean(xs []float64) float64 {
