@@ -14,13 +14,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -28,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
@@ -241,17 +238,6 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		return nil, fmt.Errorf("set up StorageBucket controller: %w", err)
 	}
 	return r, nil
-}
-
-// requestLogger names the StorageBucket in each reconcile's log with one key, where the
-// default adds three: a reconcile runs for every probe, thousands per minute.
-func requestLogger(base logr.Logger) func(*reconcile.Request) logr.Logger {
-	return func(req *reconcile.Request) logr.Logger {
-		if req == nil {
-			return base
-		}
-		return base.WithValues("StorageBucket", klog.KRef(req.Namespace, req.Name))
-	}
 }
 
 // Reconcile probes a StorageBucket when it is due (or its spec or inputs changed),

@@ -141,8 +141,14 @@ func runScenario(b *testing.B) {
 func (sc *scenario) reprobeAll(b *testing.B, op *proc, n, round int) (rate float64, cpuPerProbe time.Duration, total time.Duration) {
 	ctx := context.Background()
 	take := func() sample {
-		return sample{at: time.Now(), inputs: op.metric("phalanks_storagebucket_probes_total", map[string]string{"cause": "inputs"}),
-			all: op.metric("phalanks_storagebucket_probes_total", nil)}
+		// One scrape per sample: each one costs the operator CPU (5,000 "up" series),
+		// which the CPU per probe counts.
+		fams, err := op.scrape()
+		if err != nil {
+			return sample{at: time.Now(), inputs: math.NaN(), all: math.NaN()}
+		}
+		probes := fams["phalanks_storagebucket_probes_total"]
+		return sample{at: time.Now(), inputs: sumFamily(probes, map[string]string{"cause": "inputs"}), all: sumFamily(probes, nil)}
 	}
 	base := take()
 	cpuBefore := procCPUTicks(op.p.PID())

@@ -1,0 +1,67 @@
+package storagebucket
+
+import (
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// requestLogger names the StorageBucket in each reconcile's log with one key, where the
+// default adds three. A reconcile runs for every probe, thousands per minute, and most
+// log nothing: the key-values are attached lazily, only when a line is written (zap
+// encodes them eagerly, which cost about 5 % of a probe's CPU).
+func requestLogger(base logr.Logger) func(*reconcile.Request) logr.Logger {
+	sink := base.GetSink()
+	return func(req *reconcile.Request) logr.Logger {
+		if req == nil || sink == nil {
+			return base
+		}
+		return logr.New(&lazySink{base: sink, values: []any{"StorageBucket", klog.KRef(req.Namespace, req.Name)}})
+	}
+}
+
+// lazySink holds key-values and hands them to the sink it wraps only when a line is
+// written at an enabled level.
+type lazySink struct {
+	base   logr.LogSink
+	values []any
+}
+
+var (
+	_ logr.LogSink          = (*lazySink)(nil)
+	_ logr.CallDepthLogSink = (*lazySink)(nil)
+)
+
+// Init accounts for the frame this wrapper adds. The wrapped sink was initialized
+// with its own logger already (initializing it again would skip that logger's frame
+// twice), so the one extra frame goes through WithCallDepth.
+func (s *lazySink) Init(logr.RuntimeInfo) {
+	if cd, ok := s.base.(logr.CallDepthLogSink); ok {
+		s.base = cd.WithCallDepth(1)
+	}
+}
+
+func (s *lazySink) Enabled(level int) bool { return s.base.Enabled(level) }
+
+func (s *lazySink) Info(level int, msg string, kv ...any) {
+	s.base.WithValues(s.values...).Info(level, msg, kv...)
+}
+
+func (s *lazySink) Error(err error, msg string, kv ...any) {
+	s.base.WithValues(s.values...).Error(err, msg, kv...)
+}
+
+func (s *lazySink) WithValues(kv ...any) logr.LogSink {
+	return &lazySink{base: s.base, values: append(s.values[:len(s.values):len(s.values)], kv...)}
+}
+
+func (s *lazySink) WithName(name string) logr.LogSink {
+	return &lazySink{base: s.base.WithName(name), values: s.values}
+}
+
+func (s *lazySink) WithCallDepth(depth int) logr.LogSink {
+	if cd, ok := s.base.(logr.CallDepthLogSink); ok {
+		return &lazySink{base: cd.WithCallDepth(depth), values: s.values}
+	}
+	return s
+}
