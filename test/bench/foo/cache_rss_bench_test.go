@@ -1,7 +1,6 @@
 package foo_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+	"github.com/phalanks/phalanks-operator/test/harness/measure"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
@@ -300,26 +300,6 @@ func metricValue(body, name string) (float64, error) {
 
 // procMemory returns a process's resident set size and its peak, in KiB.
 func procMemory(pid int) (rss, peak int64, err error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 {
-			continue
-		}
-		switch fields[0] {
-		case "VmRSS:":
-			rss, err = strconv.ParseInt(fields[1], 10, 64)
-		case "VmHWM:":
-			peak, err = strconv.ParseInt(fields[1], 10, 64)
-		}
-		if err != nil {
-			return 0, 0, err
-		}
-	}
-	return rss, peak, sc.Err()
+	rss, peak, err = measure.Memory(pid)
+	return rss >> 10, peak >> 10, err
 }

@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +41,7 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/certs"
 	"github.com/phalanks/phalanks-operator/test/harness/crds"
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+	"github.com/phalanks/phalanks-operator/test/harness/measure"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
@@ -460,35 +460,5 @@ func writeKubeconfig(env *envtest.Env, dir, user string) (string, error) {
 	return path, os.WriteFile(path, data, 0o600)
 }
 
-// cpuTime returns the user plus system CPU time a process has used, from /proc.
-func cpuTime(pid int) (time.Duration, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = f.Close() }()
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) is parenthesised and may hold spaces; fields 14 and 15
-	// (utime, stime) are the 12th and 13th after it.
-	end := bytes.LastIndexByte(data, ')')
-	if end < 0 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, data)
-	}
-	fields := strings.Fields(string(data[end+1:]))
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, data)
-	}
-	var ticks int64
-	for _, s := range fields[11:13] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, err
-		}
-		ticks += n
-	}
-	// USER_HZ, the unit of these fields, is 100 on every Linux architecture's ABI.
-	return time.Duration(ticks) * time.Second / 100, nil
-}
+// cpuTime returns the user plus system CPU time a process has used.
+func cpuTime(pid int) (time.Duration, error) { return measure.CPU(pid) }

@@ -46,6 +46,7 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/certs"
 	"github.com/phalanks/phalanks-operator/test/harness/crds"
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+	"github.com/phalanks/phalanks-operator/test/harness/measure"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
@@ -616,18 +617,13 @@ func percentile(xs []float64, p int) float64 {
 	return s[min(len(s)-1, len(s)*p/100)]
 }
 
-// cpuSeconds reads the process's user and system CPU time from /proc.
+// cpuSeconds reads the process's user and system CPU time.
 func cpuSeconds(b *testing.B, p *process.Process) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID()))
+	cpu, err := measure.CPU(p.PID())
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Fields after the command name, which is in parentheses and may contain spaces.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	const ticksPerSecond = 100 // USER_HZ on Linux
-	return (utime + stime) / ticksPerSecond
+	return cpu.Seconds()
 }
 
 func sleepUntilThenCPU(b *testing.B, p *process.Process, t time.Time) float64 {
@@ -637,26 +633,11 @@ func sleepUntilThenCPU(b *testing.B, p *process.Process, t time.Time) float64 {
 
 // memory returns the resident set size and its peak, in KiB.
 func memory(b *testing.B, p *process.Process) (rss, peak int64) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.PID()))
+	rss, peak, err := measure.Memory(p.PID())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(fields[1], 10, 64)
-		switch fields[0] {
-		case "VmRSS:":
-			rss = v
-		case "VmHWM:":
-			peak = v
-		}
-	}
-	return rss, peak
+	return rss >> 10, peak >> 10
 }
 
 // write is one mutating request of the operator, from the audit log.

@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,6 +37,7 @@ import (
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/test/harness/certs"
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+	"github.com/phalanks/phalanks-operator/test/harness/measure"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
@@ -151,7 +151,7 @@ func (sc *scenario) reprobeAll(b *testing.B, op *proc, n, round int) (rate float
 		return sample{at: time.Now(), inputs: sumFamily(probes, map[string]string{"cause": "inputs"}), all: sumFamily(probes, nil)}
 	}
 	base := take()
-	cpuBefore := procCPUTicks(op.p.PID())
+	cpuBefore := cpuSeconds(op.p.PID())
 	sec := &corev1.Secret{}
 	must(b, sc.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "s3"}, sec))
 	sec.Annotations = map[string]string{"rotated": strconv.Itoa(round)}
@@ -165,7 +165,7 @@ func (sc *scenario) reprobeAll(b *testing.B, op *proc, n, round int) (rate float
 	})
 	total = time.Since(start)
 	end := samples[len(samples)-1]
-	cpuPerProbe = seconds((procCPUTicks(op.p.PID()) - cpuBefore) / clockTicks() / (end.all - base.all))
+	cpuPerProbe = seconds((cpuSeconds(op.p.PID()) - cpuBefore) / (end.all - base.all))
 	var first, last *sample
 	for i := range samples {
 		done := samples[i].inputs - base.inputs
@@ -443,9 +443,9 @@ func matches(m *dto.Metric, labels map[string]string) bool {
 
 // snapshot is what a measurement window compares.
 type snapshot struct {
-	at       time.Time
-	fams     map[string]*dto.MetricFamily
-	cpuTicks float64
+	at      time.Time
+	fams    map[string]*dto.MetricFamily
+	cpuSecs float64
 }
 
 // result of one steady-state window.
@@ -467,13 +467,13 @@ func (sc *scenario) measure(b *testing.B, p *proc, d time.Duration) result {
 	var maxRSS float64
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		maxRSS = math.Max(maxRSS, procStatusMiB(p.p.PID(), "VmRSS"))
+		maxRSS = math.Max(maxRSS, memMiB(p.p.PID(), false))
 		time.Sleep(time.Second)
 	}
 	after := sc.snapshot(b, p)
 	elapsed := after.at.Sub(before.at).Seconds()
 
-	res := result{writes: map[string]float64{}, rssMiB: maxRSS, hwmMiB: procStatusMiB(p.p.PID(), "VmHWM")}
+	res := result{writes: map[string]float64{}, rssMiB: maxRSS, hwmMiB: memMiB(p.p.PID(), true)}
 	res.probes = sumFamily(after.fams["phalanks_storagebucket_probes_total"], nil) - sumFamily(before.fams["phalanks_storagebucket_probes_total"], nil)
 	res.demanded = float64(len(sc.buckets)) * elapsed / interval.Seconds()
 	buckets, count := histogramDelta(before.fams["phalanks_storagebucket_probe_lateness_seconds"], after.fams["phalanks_storagebucket_probe_lateness_seconds"])
@@ -483,14 +483,14 @@ func (sc *scenario) measure(b *testing.B, p *proc, d time.Duration) result {
 	res.writes = sc.auditWrites(b, before.at, after.at)
 	res.objectWrites = res.writes["storagebuckets"] + res.writes["storagebuckets/status"] + res.writes["events"]
 	res.writesPerProbe = res.objectWrites / res.probes
-	res.cpuCores = (after.cpuTicks - before.cpuTicks) / clockTicks() / elapsed
+	res.cpuCores = (after.cpuSecs - before.cpuSecs) / elapsed
 	return res
 }
 
 func (sc *scenario) snapshot(b *testing.B, p *proc) snapshot {
 	fams, err := p.scrape()
 	must(b, err)
-	return snapshot{at: time.Now(), fams: fams, cpuTicks: procCPUTicks(p.p.PID())}
+	return snapshot{at: time.Now(), fams: fams, cpuSecs: cpuSeconds(p.p.PID())}
 }
 
 type bucketCount struct {
@@ -567,7 +567,7 @@ func (sc *scenario) rawLoop(b *testing.B, n int, d time.Duration) (float64, time
 	defer cancel()
 	var wg sync.WaitGroup
 	start := time.Now()
-	cpuBefore := procCPUTicks(os.Getpid())
+	cpuBefore := cpuSeconds(os.Getpid())
 	for range concurrency {
 		wg.Go(func() {
 			for ctx.Err() == nil {
@@ -589,7 +589,7 @@ func (sc *scenario) rawLoop(b *testing.B, n int, d time.Duration) (float64, time
 	if failed.Load() > 0 {
 		b.Fatalf("raw loop: %d of %d HeadBucket requests failed", failed.Load(), done.Load())
 	}
-	cpu := seconds((procCPUTicks(os.Getpid()) - cpuBefore) / clockTicks() / float64(done.Load()))
+	cpu := seconds((cpuSeconds(os.Getpid()) - cpuBefore) / float64(done.Load()))
 	return float64(done.Load()) / time.Since(start).Seconds(), cpu
 }
 
@@ -636,45 +636,25 @@ func report(b *testing.B, n int, op, nv result, c capacityResult) {
 	fmt.Printf("CPU per probe: operator %s, raw loop %s\n\n", c.opCPU.Round(time.Microsecond), c.rawCPU.Round(time.Microsecond))
 }
 
-// procStatusMiB reads a memory field (VmRSS, VmHWM) of a process in MiB.
-func procStatusMiB(pid int, field string) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// memMiB reads a process's resident set size, or its peak, in MiB.
+func memMiB(pid int, peak bool) float64 {
+	rss, hwm, err := measure.Memory(pid)
+	switch {
+	case err != nil:
+		return math.NaN()
+	case peak:
+		return measure.MiB(hwm)
+	}
+	return measure.MiB(rss)
+}
+
+// cpuSeconds reads the CPU time a process has used, in seconds.
+func cpuSeconds(pid int) float64 {
+	cpu, err := measure.CPU(pid)
 	if err != nil {
 		return math.NaN()
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, field+":") {
-			f := strings.Fields(line)
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return math.NaN()
-}
-
-// procCPUTicks reads utime+stime of a process in clock ticks.
-func procCPUTicks(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return math.NaN()
-	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	rest := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
-	utime, _ := strconv.ParseFloat(rest[11], 64)
-	stime, _ := strconv.ParseFloat(rest[12], 64)
-	return utime + stime
-}
-
-func clockTicks() float64 {
-	out, err := exec.Command("getconf", "CLK_TCK").Output()
-	if err != nil {
-		return 100
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
-	if err != nil {
-		return 100
-	}
-	return v
+	return cpu.Seconds()
 }
 
 func parallel(b *testing.B, items []string, f func(string) error) {
