@@ -396,32 +396,36 @@ func deploymentName(r *olm.Release) string {
 }
 
 // expectPodOf waits until OLM's Deployment for the release runs the release's operator
-// image, and its one pod — of the Deployment's current template, no other left — is
-// Running and Ready on the node.
+// image, and its pods — as many as its replicas, of the Deployment's current template,
+// no other left — are Running and Ready on the node.
 func expectPodOf(r *olm.Release) {
 	GinkgoHelper()
-	var pod corev1.Pod
+	var pods corev1.PodList
 	Eventually(func(g Gomega) {
 		alive()
 		dep := &appsv1.Deployment{}
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: deploymentName(r)}, dep)).To(Succeed())
 		g.Expect(dep.Spec.Template.Spec.Containers).To(ContainElement(HaveField("Image", r.Image)), "Deployment %s/%s runs %s's image", installNamespace, dep.Name, r.CSVName())
 		g.Expect(dep.Status.ObservedGeneration).To(Equal(dep.Generation))
-		g.Expect(dep.Status.UpdatedReplicas).To(BeEquivalentTo(1), "Deployment %s/%s status %+v", installNamespace, dep.Name, dep.Status)
-		g.Expect(dep.Status.AvailableReplicas).To(BeEquivalentTo(1), "Deployment %s/%s status %+v", installNamespace, dep.Name, dep.Status)
+		g.Expect(dep.Spec.Replicas).NotTo(BeNil())
+		replicas := *dep.Spec.Replicas
+		g.Expect(dep.Status.UpdatedReplicas).To(Equal(replicas), "Deployment %s/%s status %+v", installNamespace, dep.Name, dep.Status)
+		g.Expect(dep.Status.AvailableReplicas).To(Equal(replicas), "Deployment %s/%s status %+v", installNamespace, dep.Name, dep.Status)
 		sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
 		g.Expect(err).NotTo(HaveOccurred())
-		pods := &corev1.PodList{}
-		g.Expect(k8s.List(ctx, pods, client.InNamespace(installNamespace), client.MatchingLabelsSelector{Selector: sel})).To(Succeed())
-		g.Expect(pods.Items).To(HaveLen(1), "pods of Deployment %s/%s", installNamespace, dep.Name)
-		pod = pods.Items[0]
-		g.Expect(pod.DeletionTimestamp).To(BeNil())
-		g.Expect(pod.Spec.Containers).To(ContainElement(HaveField("Image", r.Image)))
-		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
-		g.Expect(pod.Status.Conditions).To(ContainElement(And(HaveField("Type", corev1.PodReady), HaveField("Status", corev1.ConditionTrue))),
-			"pod %s/%s is not Ready: %+v", installNamespace, pod.Name, pod.Status.ContainerStatuses)
+		g.Expect(k8s.List(ctx, &pods, client.InNamespace(installNamespace), client.MatchingLabelsSelector{Selector: sel})).To(Succeed())
+		g.Expect(pods.Items).To(HaveLen(int(replicas)), "pods of Deployment %s/%s", installNamespace, dep.Name)
+		for _, pod := range pods.Items {
+			g.Expect(pod.DeletionTimestamp).To(BeNil())
+			g.Expect(pod.Spec.Containers).To(ContainElement(HaveField("Image", r.Image)))
+			g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
+			g.Expect(pod.Status.Conditions).To(ContainElement(And(HaveField("Type", corev1.PodReady), HaveField("Status", corev1.ConditionTrue))),
+				"pod %s/%s is not Ready: %+v", installNamespace, pod.Name, pod.Status.ContainerStatuses)
+		}
 	}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
-	GinkgoWriter.Printf("operator pod %s of %s on node %s, image %s\n", pod.Name, r.CSVName(), pod.Spec.NodeName, pod.Spec.Containers[0].Image)
+	for _, pod := range pods.Items {
+		GinkgoWriter.Printf("operator pod %s of %s on node %s, image %s\n", pod.Name, r.CSVName(), pod.Spec.NodeName, pod.Spec.Containers[0].Image)
+	}
 }
 
 // expectBundleUnpacked checks that OLM unpacked the release's bundle image with a Job on

@@ -14,6 +14,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,20 +48,25 @@ var _ = Describe("the operator as users deploy it from config/default", Ordered,
 		Expect(k8s.Get(ctx, client.ObjectKey{Name: operatorNamespace}, ns)).To(Succeed())
 		Expect(ns.Labels).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"))
 
-		pod := operatorPod()
-		Expect(pod.Spec.Containers[0].Image).To(HavePrefix("quay.io/phalanks/phalanks-operator:"), "the image config/manager names, pulled through the node's mirror")
+		pods := operatorPods()
+		Expect(pods).To(HaveLen(2), "config/manager runs two replicas")
+		for _, pod := range pods {
+			Expect(pod.Spec.Containers[0].Image).To(HavePrefix("quay.io/phalanks/phalanks-operator:"), "the image config/manager names, pulled through the node's mirror")
+		}
 		By("staying Ready without a restart until the liveness probe has run")
 		Eventually(func(g Gomega) {
 			alive()
-			p := &corev1.Pod{}
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(pod), p)).To(Succeed())
-			g.Expect(p.Status.ContainerStatuses).To(HaveLen(1))
-			s := p.Status.ContainerStatuses[0]
-			g.Expect(s.RestartCount).To(BeZero(), "the manager restarted: %+v", s.LastTerminationState)
-			g.Expect(s.Ready).To(BeTrue())
-			g.Expect(s.State.Running).NotTo(BeNil())
-			g.Expect(time.Since(s.State.Running.StartedAt.Time)).To(BeNumerically(">", livenessDelay+livenessPeriod),
-				"running long enough for the liveness probe to have run")
+			for _, pod := range pods {
+				p := &corev1.Pod{}
+				g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(&pod), p)).To(Succeed())
+				g.Expect(p.Status.ContainerStatuses).To(HaveLen(1))
+				s := p.Status.ContainerStatuses[0]
+				g.Expect(s.RestartCount).To(BeZero(), "the manager restarted: %+v", s.LastTerminationState)
+				g.Expect(s.Ready).To(BeTrue())
+				g.Expect(s.State.Running).NotTo(BeNil())
+				g.Expect(time.Since(s.State.Running.StartedAt.Time)).To(BeNumerically(">", livenessDelay+livenessPeriod),
+					"running long enough for the liveness probe to have run")
+			}
 		}).WithTimeout(podTimeout).WithPolling(time.Second).Should(Succeed())
 		events := &corev1.EventList{}
 		Expect(k8s.List(ctx, events, client.InNamespace(operatorNamespace))).To(Succeed())
@@ -143,21 +150,43 @@ var _ = Describe("the operator as users deploy it from config/default", Ordered,
 	})
 })
 
-// operatorPod returns the operator's running pod.
-func operatorPod() *corev1.Pod {
+// operatorPods returns the operator's pods that are not being deleted, once there are
+// as many as its Deployment's replicas.
+func operatorPods() []corev1.Pod {
 	GinkgoHelper()
-	var pod *corev1.Pod
+	var live []corev1.Pod
 	Eventually(func(g Gomega) {
+		dep := &appsv1.Deployment{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorDeployment}, dep)).To(Succeed())
 		pods := &corev1.PodList{}
 		g.Expect(k8s.List(ctx, pods, client.InNamespace(operatorNamespace), client.MatchingLabels{"control-plane": "controller-manager"})).To(Succeed())
-		var live []corev1.Pod
+		live = nil
 		for _, p := range pods.Items {
 			if p.DeletionTimestamp == nil {
 				live = append(live, p)
 			}
 		}
-		g.Expect(live).To(HaveLen(1), podsSummary(operatorNamespace))
-		pod = &live[0]
+		g.Expect(live).To(HaveLen(int(*dep.Spec.Replicas)), podsSummary(operatorNamespace))
+	}).WithTimeout(podTimeout).WithPolling(poll).Should(Succeed())
+	return live
+}
+
+// leaderElectionID is the manager's leader election Lease (main.go).
+const leaderElectionID = "phalanks-operator.phalanks.io"
+
+// leaderPod returns the operator pod that holds the leader election Lease: the one
+// running scheduled scaling and Foo.
+func leaderPod() *corev1.Pod {
+	GinkgoHelper()
+	pod := &corev1.Pod{}
+	Eventually(func(g Gomega) {
+		lease := &coordinationv1.Lease{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: leaderElectionID}, lease)).To(Succeed())
+		g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
+		// controller-runtime's identity is <host name>_<uuid>; a pod's host name is its name.
+		name, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: name}, pod)).To(Succeed())
+		g.Expect(pod.DeletionTimestamp).To(BeNil())
 	}).WithTimeout(podTimeout).WithPolling(poll).Should(Succeed())
 	return pod
 }

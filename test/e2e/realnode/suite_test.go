@@ -179,16 +179,17 @@ func appendManagerArg(dep *unstructured.Unstructured, arg string) error {
 	return fmt.Errorf("deployment %s has no manager container", dep.GetName())
 }
 
-// expectOperatorAvailable waits until the operator's Deployment is Available with one
-// Ready pod of its current template.
+// expectOperatorAvailable waits until the operator's Deployment is Available with all
+// its replicas Ready pods of its current template.
 func expectOperatorAvailable() {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
 		alive()
 		dep := &appsv1.Deployment{}
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorDeployment}, dep)).To(Succeed())
-		g.Expect(dep.Status.UpdatedReplicas).To(BeEquivalentTo(1), "Deployment %s status %+v", dep.Name, dep.Status)
-		g.Expect(dep.Status.AvailableReplicas).To(BeEquivalentTo(1), "Deployment %s status %+v; %s", dep.Name, dep.Status, podsSummary(operatorNamespace))
+		g.Expect(dep.Spec.Replicas).NotTo(BeNil())
+		g.Expect(dep.Status.UpdatedReplicas).To(Equal(*dep.Spec.Replicas), "Deployment %s status %+v", dep.Name, dep.Status)
+		g.Expect(dep.Status.AvailableReplicas).To(Equal(*dep.Spec.Replicas), "Deployment %s status %+v; %s", dep.Name, dep.Status, podsSummary(operatorNamespace))
 	}).WithTimeout(podTimeout).WithPolling(poll).Should(Succeed())
 }
 

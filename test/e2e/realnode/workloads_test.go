@@ -139,13 +139,14 @@ var _ = Describe("scheduled scaling", Ordered, func() {
 		Expect(ledger.Annotations).To(HaveKeyWithValue(scaling.AnnotationOriginalReplicas, "2"))
 	})
 
-	It("keeps the original counts across a restart of the operator's pod in the downtime", func() {
-		old := operatorPod()
+	It("keeps the original counts across a restart of the leading operator pod in the downtime", func() {
+		old := leaderPod()
 		Expect(k8s.Delete(ctx, old)).To(Succeed())
 		Eventually(func(g Gomega) {
-			p := operatorPod()
-			g.Expect(p.UID).NotTo(Equal(old.UID))
-			g.Expect(podReady(p)).To(BeTrue(), podsSummary(operatorNamespace))
+			for _, p := range operatorPods() {
+				g.Expect(p.UID).NotTo(Equal(old.UID))
+				g.Expect(podReady(&p)).To(BeTrue(), podsSummary(operatorNamespace))
+			}
 		}).WithTimeout(podTimeout).WithPolling(poll).Should(Succeed())
 		Expect(time.Now()).To(BeTemporally("<", end), "the operator's pod came back after the downtime; lengthen downtimeLength")
 		for _, obj := range []client.Object{web, ledger} {
