@@ -408,37 +408,10 @@ func (p *proc) metric(name string, labels map[string]string) float64 {
 }
 
 func sumFamily(f *dto.MetricFamily, labels map[string]string) float64 {
-	total := 0.0
 	if f == nil {
 		return 0
 	}
-	for _, m := range f.GetMetric() {
-		if !matches(m, labels) {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			total += m.Counter.GetValue()
-		case m.Gauge != nil:
-			total += m.Gauge.GetValue()
-		case m.Histogram != nil:
-			total += float64(m.Histogram.GetSampleCount())
-		}
-	}
-	return total
-}
-
-func matches(m *dto.Metric, labels map[string]string) bool {
-	have := map[string]string{}
-	for _, l := range m.GetLabel() {
-		have[l.GetName()] = l.GetValue()
-	}
-	for k, v := range labels {
-		if have[k] != v {
-			return false
-		}
-	}
-	return true
+	return measure.Families{f.GetName(): f}.Sum(f.GetName(), labels)
 }
 
 // snapshot is what a measurement window compares.

@@ -7,14 +7,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
-	"github.com/phalanks/phalanks-operator/test/harness/envtest"
-	"github.com/phalanks/phalanks-operator/test/harness/minio"
 )
 
 // leaderElectionID is the manager's Lease name (main.go).
@@ -25,24 +22,12 @@ var _ = Describe("Two managers with leader election", func() {
 		// A Manage bucket with deletionPolicy Delete exercises every permission: status,
 		// finalizer, events, Secrets.
 		ctx := context.Background()
-		env, err := envtest.Start(envtest.Options{Scheme: scheme})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(env.Stop)
-		c := env.Client
-		s3 := minio.StartForTest(GinkgoT(), minio.Options{})
-		for _, ns := range []string{"phalanks-system", "team"} {
-			Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
-		}
-		Expect(c.Create(ctx, credentialsSecret("team", s3))).To(Succeed())
+		// The managers run with exactly the RBAC that config/rbac grants.
+		p := startPlatform(nil)
+		c, s3, path := p.c, p.s3, p.kubeconfig
 		sb := storageBucket("team", "elected", "elected-bucket", s3)
 		sb.Spec.DeletionPolicy = phalanksv1beta1.DeletionDelete
 		Expect(c.Create(ctx, sb)).To(Succeed())
-
-		// The managers run with exactly the RBAC that config/rbac grants.
-		grantManagerRBAC(c, "phalanks-manager", "phalanks-system")
-		kubeconfig, err := env.KubeconfigUser("phalanks-manager")
-		Expect(err).NotTo(HaveOccurred())
-		path := writeKubeconfig(kubeconfig)
 		const lease, retry = 4 * time.Second, 500 * time.Millisecond
 		flags := []string{"--leader-elect", "--leader-elect-namespace", "phalanks-system",
 			"--leader-elect-lease-duration", lease.String(), "--leader-elect-renew-deadline", "3s",

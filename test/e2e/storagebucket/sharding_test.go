@@ -9,14 +9,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/internal/sharding"
-	"github.com/phalanks/phalanks-operator/test/harness/envtest"
-	"github.com/phalanks/phalanks-operator/test/harness/minio"
 )
 
 var _ = DescribeTable("Three managers sharing the StorageBuckets",
@@ -30,16 +26,8 @@ var _ = DescribeTable("Three managers sharing the StorageBuckets",
 func threeReplicas(serverSide bool) {
 	{
 		ctx := context.Background()
-		env, err := envtest.Start(envtest.Options{Scheme: scheme,
-			APIServerArgs: map[string][]string{"feature-gates": {fmt.Sprintf("ShardedListAndWatch=%t", serverSide)}}})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(env.Stop)
-		c := env.Client
-		s3 := minio.StartForTest(GinkgoT(), minio.Options{})
-		for _, ns := range []string{"phalanks-system", "team"} {
-			Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
-		}
-		Expect(c.Create(ctx, credentialsSecret("team", s3))).To(Succeed())
+		p := startPlatform(map[string][]string{"feature-gates": {fmt.Sprintf("ShardedListAndWatch=%t", serverSide)}})
+		c, s3, path := p.c, p.s3, p.kubeconfig
 		const buckets = 24
 		names := map[string]bool{}
 		for i := range buckets {
@@ -47,10 +35,6 @@ func threeReplicas(serverSide bool) {
 			Expect(c.Create(ctx, sb)).To(Succeed())
 			names[sb.Name] = true
 		}
-		grantManagerRBAC(c, "phalanks-manager", "phalanks-system")
-		kubeconfig, err := env.KubeconfigUser("phalanks-manager")
-		Expect(err).NotTo(HaveOccurred())
-		path := writeKubeconfig(kubeconfig)
 		const lease, renew, interval = 4 * time.Second, 500 * time.Millisecond, 5 * time.Second
 		flags := []string{"--leader-elect", "--leader-elect-namespace", "phalanks-system",
 			"--storagebucket-shard-lease-duration", lease.String(), "--storagebucket-shard-renew-period", renew.String(),

@@ -31,6 +31,7 @@ import (
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/test/harness/certs"
+	"github.com/phalanks/phalanks-operator/test/harness/envtest"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
@@ -168,6 +169,36 @@ func (m *manager) log() string {
 		return err.Error()
 	}
 	return string(data)
+}
+
+// platform is an API server and MinIO with the namespaces, the credentials Secret and
+// the manager's RBAC the managers under test need, and the kubeconfig they run with.
+type platform struct {
+	env        *envtest.Env
+	c          client.Client
+	s3         *minio.Server
+	kubeconfig string
+}
+
+// startPlatform starts the API server (with extra kube-apiserver flags) and MinIO,
+// creates the phalanks-system and team namespaces and team's credentials Secret, and
+// grants the user the managers run as exactly the RBAC config/rbac grants.
+func startPlatform(apiServerArgs map[string][]string) *platform {
+	GinkgoHelper()
+	ctx := context.Background()
+	env, err := envtest.Start(envtest.Options{Scheme: scheme, APIServerArgs: apiServerArgs})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(env.Stop)
+	p := &platform{env: env, c: env.Client, s3: minio.StartForTest(GinkgoT(), minio.Options{})}
+	for _, ns := range []string{"phalanks-system", "team"} {
+		Expect(p.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	}
+	Expect(p.c.Create(ctx, credentialsSecret("team", p.s3))).To(Succeed())
+	grantManagerRBAC(p.c, "phalanks-manager", "phalanks-system")
+	kubeconfig, err := env.KubeconfigUser("phalanks-manager")
+	Expect(err).NotTo(HaveOccurred())
+	p.kubeconfig = writeKubeconfig(kubeconfig)
+	return p
 }
 
 func writeKubeconfig(data []byte) string {
