@@ -52,12 +52,13 @@ var (
 	_ cache.ListerWatcher            = (*Narrowed)(nil)
 )
 
-// List and Watch serve informers that do not pass a context (the WithContext forms
-// are used when present).
+// List is ListWithContext without a context, for informers that do not pass one (the
+// WithContext forms are used when present).
 func (n *Narrowed) List(opts metav1.ListOptions) (runtime.Object, error) {
 	return n.ListWithContext(context.Background(), opts)
 }
 
+// Watch is WatchWithContext without a context.
 func (n *Narrowed) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 	return n.WatchWithContext(context.Background(), opts)
 }

@@ -19,6 +19,7 @@ package sharding
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -63,7 +64,7 @@ func slotBound(slot int) string {
 	if slot >= Slots {
 		return "0x10000000000000000" // 2^64, the exclusive end of the hash space
 	}
-	return fmt.Sprintf("0x%016x", uint64(slot)<<(64-slotBits))
+	return fmt.Sprintf("0x%016x", uint64(slot)<<(64-slotBits)) //nolint:gosec // G115: 0 <= slot < Slots
 }
 
 // ranges returns the runs of consecutive slots in s as [start, end) pairs.
@@ -177,19 +178,25 @@ func Assign(members []string) map[string]Set {
 	for i := range ms {
 		for load[i] > capacity {
 			// The slot this member scores lowest goes to its next choice with room.
-			weakest := -1
-			for slot := range Slots {
-				if owner[slot] == i && (weakest < 0 || scores[slot][i] < scores[weakest][i]) {
-					weakest = slot
+			// (A member above capacity owns slots, so the loop finds one.)
+			weakest, lowest := 0, uint64(math.MaxUint64)
+			for slot, o := range owner {
+				if o == i && scores[slot][i] <= lowest {
+					weakest, lowest = slot, scores[slot][i]
 				}
 			}
+			moved := false
 			for _, j := range ranked[weakest] {
 				if j != i && load[j] < capacity {
 					owner[weakest] = j
 					load[i]--
 					load[j]++
+					moved = true
 					break
 				}
+			}
+			if !moved {
+				break // cannot happen: N members have room for ⌈Slots/N⌉·N ≥ Slots slots
 			}
 		}
 	}
@@ -203,7 +210,7 @@ func Assign(members []string) map[string]Set {
 func score(member string, slot int) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(member))
-	_, _ = h.Write([]byte{0, byte(slot)})
+	_, _ = h.Write([]byte{0, byte(slot)}) //nolint:gosec // G115: 0 <= slot < Slots fits a byte
 	// FNV's last bytes mix weakly into the high bits; a finalizer spreads them.
 	v := h.Sum64()
 	v ^= v >> 33

@@ -193,7 +193,7 @@ func cpuProfile(addr, path string, d time.Duration) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("cpu profile: %s", resp.Status)
 	}
-	f, err := os.Create(path)
+	f, err := os.Create(path) //nolint:gosec // G703: the file the benchmark's user named in PHALANKS_BENCH_CPUPROFILE
 	if err != nil {
 		return err
 	}
