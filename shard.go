@@ -54,9 +54,19 @@ func setupShard(cfg *config, restCfg *rest.Config, log logr.Logger) (func(toolsc
 		LeaseDuration: o.ShardLeaseDuration, RenewPeriod: o.ShardRenewPeriod,
 		Log: log.WithName("shard"),
 	}
+	switch o.ServerSideSharding {
+	case "auto", "true", "false":
+	default:
+		return nil, fmt.Errorf("--storagebucket-server-side-sharding: %q is not auto, true or false", o.ServerSideSharding)
+	}
 	serverSide, err := serverSideSharding(o.ServerSideSharding, restCfg)
 	if err != nil {
-		return nil, err
+		// Listing may need this very process (conversion of objects stored in an older
+		// version through its webhook, not yet serving): filtering in the replica works
+		// with any API server.
+		log.Info("could not tell whether the API server shards lists; each replica filters its share itself",
+			"reason", err.Error())
+		serverSide = false
 	}
 	log.Info("StorageBuckets are shared by the replicas of a shard ring", "ring", storageBucketRing,
 		"member", identity, "namespace", ns, "serverSideSharding", serverSide)
@@ -80,9 +90,6 @@ func serverSideSharding(mode string, restCfg *rest.Config) (bool, error) {
 		return true, nil
 	case "false":
 		return false, nil
-	case "auto":
-	default:
-		return false, fmt.Errorf("--storagebucket-server-side-sharding: %q is not auto, true or false", mode)
 	}
 	mc, err := metadata.NewForConfig(restCfg)
 	if err != nil {
