@@ -2,6 +2,7 @@ package scaling_test
 
 import (
 	"context"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -69,7 +70,21 @@ func runOperator(o scaling.Options) (stop func()) {
 		Expect(mgr.Start(ctx)).To(Succeed())
 	}()
 	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				// The manager waits up to 30 s for its runnables before it fails; say
+				// which goroutines are still there while they are.
+				var b strings.Builder
+				_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+				AddReportEntry("goroutines 10 s into the manager's stop", b.String())
+				<-done
+			}
+		})
+	}
 	DeferCleanup(stop)
 	return stop
 }
