@@ -71,6 +71,13 @@ func (w *wakeups) run(ctx context.Context, queue workqueue.TypedRateLimitingInte
 		var fired <-chan time.Time
 		if ok {
 			timer = w.clock.NewTimer(next.Sub(w.clock.Now()))
+			if !w.clock.Now().Before(next) {
+				// The clock reached the transition while the timer was being made: fire
+				// now rather than trust a timer of no duration, which a fake clock fires
+				// only at its next step.
+				timer.Stop()
+				continue
+			}
 			fired = timer.C()
 		}
 		select {
