@@ -27,7 +27,7 @@ import (
 // controller-runtime configures its own, with a shutdown that cannot deadlock. Use it
 // as controller.Options.NewQueue through NewFunc.
 func New(controllerName string, rateLimiter workqueue.TypedRateLimiter[reconcile.Request], log logr.Logger) priorityqueue.PriorityQueue[reconcile.Request] {
-	return Wrap(priorityqueue.New(controllerName, func(o *priorityqueue.Opts[reconcile.Request]) {
+	return wrap(priorityqueue.New(controllerName, func(o *priorityqueue.Opts[reconcile.Request]) {
 		o.Log = log.WithValues("controller", controllerName)
 		o.RateLimiter = rateLimiter
 	}))
@@ -40,8 +40,8 @@ func NewFunc(log logr.Logger) func(string, workqueue.TypedRateLimiter[reconcile.
 	}
 }
 
-// Wrap makes the shutdown of q safe. Everything but getting and shutting down goes to q.
-func Wrap(q priorityqueue.PriorityQueue[reconcile.Request]) priorityqueue.PriorityQueue[reconcile.Request] {
+// wrap makes the shutdown of q safe. Everything but getting and shutting down goes to q.
+func wrap(q priorityqueue.PriorityQueue[reconcile.Request]) priorityqueue.PriorityQueue[reconcile.Request] {
 	return &queue{PriorityQueue: q}
 }
 

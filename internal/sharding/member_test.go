@@ -230,18 +230,23 @@ func TestRandomJoinsAndLeavesKeepEverySlotOwnedOnce(t *testing.T) {
 		return ids
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)) //nolint:gosec // G404: a random test schedule, not a secret
+	// awaitConvergence polls converged until limit and returns how long it took.
+	awaitConvergence := func(limit time.Duration, what string) time.Duration {
+		start := time.Now()
+		for converged() != nil {
+			if time.Since(start) > limit {
+				t.Fatalf("%s: no convergence after %s: %v", what, limit, converged())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
 	join()
 	join()
 	// The first two must have published their Leases and seen each other before the
 	// first step: a member killed before its Lease exists was never an owner, and its
 	// slots are no takeover.
-	began := time.Now()
-	for converged() != nil {
-		if time.Since(began) > 10*time.Second {
-			t.Fatalf("the first two members did not converge: %v", converged())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitConvergence(10*time.Second, "the first two members")
 	worst := time.Duration(0)
 	for step := range 14 {
 		before := Assign(liveIDs())
@@ -258,15 +263,8 @@ func TestRandomJoinsAndLeavesKeepEverySlotOwnedOnce(t *testing.T) {
 			gone, wantWindow = remove(true), lease+2*renew
 			what = "kill " + gone
 		}
-		start := time.Now()
-		limit := lease + 2*renew + time.Second // a second of API latency on a loaded machine
-		for converged() != nil {
-			if time.Since(start) > limit {
-				t.Fatalf("step %d (%s): no convergence after %s: %v", step, what, limit, converged())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		took := time.Since(start)
+		// A second of API latency on a loaded machine on top of the bound.
+		took := awaitConvergence(lease+2*renew+time.Second, fmt.Sprintf("step %d (%s)", step, what))
 		// The slots of a member that went were taken over with the window in which it
 		// may have stopped working: two renew periods after a leave, the lease duration
 		// on top after a kill.
