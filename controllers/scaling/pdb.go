@@ -25,8 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
-
-	"github.com/phalanks/phalanks-operator/internal/ctrlqueue"
 )
 
 // A PodDisruptionBudget of a scaled-down workload would keep blocking node drains
@@ -212,7 +210,7 @@ func (s *scaler) setupPDB() error {
 	}
 	b := ctrl.NewControllerManagedBy(s.mgr).
 		Named("scaling-poddisruptionbudget").
-		WithOptions(controller.Options{MaxConcurrentReconciles: s.opts.Concurrency, NewQueue: ctrlqueue.NewFunc(s.mgr.GetLogger())}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: s.opts.Concurrency}).
 		WatchesRawSource(source.Kind[client.Object](s.cache, &policyv1.PodDisruptionBudget{},
 			&handler.TypedEnqueueRequestForObject[client.Object]{}, pdbPredicate()))
 	for _, k := range r.covered {

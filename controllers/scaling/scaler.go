@@ -22,8 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
-
-	"github.com/phalanks/phalanks-operator/internal/ctrlqueue"
 )
 
 // pdbResource names PodDisruptionBudgets in --scaling-resources.
@@ -114,7 +112,7 @@ func (s *scaler) setupKind(k *kind) error {
 	r := &reconciler{kind: k, s: s, wake: newWakeups(s.opts.Clock)}
 	b := ctrl.NewControllerManagedBy(s.mgr).
 		Named(controllerName(k)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: s.opts.Concurrency, NewQueue: ctrlqueue.NewFunc(s.mgr.GetLogger())}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: s.opts.Concurrency}).
 		WatchesRawSource(source.Kind(s.cache, k.newObject(), &handler.TypedEnqueueRequestForObject[client.Object]{}, objectPredicate(k, s))).
 		WatchesRawSource(source.Kind[client.Object](s.cache, namespaceObject(), namespaceHandler(k, s.cache), namespacePredicate())).
 		WatchesRawSource(r.wake)

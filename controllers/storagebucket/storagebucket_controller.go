@@ -29,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
-	"github.com/phalanks/phalanks-operator/internal/ctrlqueue"
 	"github.com/phalanks/phalanks-operator/internal/s3probe"
 	"github.com/phalanks/phalanks-operator/internal/sharding"
 )
@@ -232,8 +231,7 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		WatchesMetadata(&corev1.ConfigMap{}, referenceChanged[client.Object](r, kindConfigMap)).
 		WatchesRawSource(source.Channel(due, dueHandler(o.Clock))).
 		WatchesRawSource(source.Channel(handover, &handler.TypedEnqueueRequestForObject[*phalanksv1beta1.StorageBucket]{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: o.Concurrency, NeedLeaderElection: new(o.Shard == nil),
-			NewQueue: ctrlqueue.NewFunc(mgr.GetLogger())}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: o.Concurrency, NeedLeaderElection: new(o.Shard == nil)}).
 		WithLogConstructor(requestLogger(mgr.GetLogger().WithValues("controller", "storagebucket"))).
 		Complete(r)
 	if err != nil {
