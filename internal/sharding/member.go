@@ -19,14 +19,39 @@ import (
 const (
 	// RingLabel names the ring a Lease belongs to.
 	RingLabel = "phalanks.io/shard-ring"
-	// SlotsAnnotation is where a member publishes the slots it owns (Set.String), for
-	// people and tests; the assignment never reads it.
+	// SlotsAnnotation is where a member publishes the slots it works on (Set.String),
+	// for people and tests.
 	SlotsAnnotation = "phalanks.io/shard-slots"
+	// ClaimsAnnotation lists every slot a member claims: those it works on, those it is
+	// about to start on, and those it gave up whose last work has not ended yet. No
+	// member starts on a slot another live member claims.
+	ClaimsAnnotation = "phalanks.io/shard-claims"
 )
 
 // Member is one replica's membership in a ring: it holds its own Lease, reads the
-// ring's Leases, and owns the slots Assign gives it among the live members. It is a
-// manager Runnable that runs on every replica, elected or not.
+// ring's Leases, and works on the slots Assign gives it among the live members. It is
+// a manager Runnable that runs on every replica, elected or not.
+//
+// Two rules keep two members from ever working on one slot at the same time, whatever
+// the network and the clocks do:
+//
+//   - Ownership is a lease on this member's own clock. A member works on its slots
+//     only until its last successful Lease write, counted from when the write was
+//     sent, plus the lease duration minus a safety margin. The others count it out
+//     no sooner than a lease duration after they saw that write, on their own clocks:
+//     later, whatever the clocks say, since they saw it after it was sent. A member
+//     that cannot renew (a stalled connection, a dead API server) stops on time.
+//   - Slots change hands release-then-acquire, through the Leases. A member first
+//     stops its work on a slot it gives up (OnChange, then Drain), then publishes that
+//     it no longer claims it. A member that takes a slot first publishes its claim,
+//     then reads the ring again, and starts only if no other live member claims the
+//     slot. Two members racing for one slot cannot both start: each one's read comes
+//     after its own claim was written, so the later read sees the earlier claim.
+//
+// Liveness is judged only by changes seen on the reader's clock: a Lease counts as
+// live for a lease duration after its resourceVersion was seen to change, or first
+// seen at all. No one reads another member's renew time, so clock skew between
+// replicas neither shortens nor stretches anyone's lease.
 type Member struct {
 	// Leases reads and writes the ring's Leases in Namespace.
 	Leases    coordinationclient.LeasesGetter
@@ -34,37 +59,82 @@ type Member struct {
 	// Ring names the ring (the RingLabel value); Identity names this member, unique
 	// among live members (the pod name).
 	Ring, Identity string
-	// LeaseDuration is how long a member counts as live after its last renewal seen by
-	// the others; RenewPeriod is how often a member renews and rereads the ring.
+	// LeaseDuration is how long a member counts as live after the others last saw its
+	// Lease change; RenewPeriod is how often a member renews and rereads the ring, and
+	// the deadline of each of its API calls. ValidateTiming checks the pair.
 	LeaseDuration, RenewPeriod time.Duration
-	Clock                      clock.WithTicker
-	Log                        logr.Logger
-	// OnChange, when set, is called (from the member's goroutine) after the owned set
-	// changed, with the old and the new set.
+	// Clock is this member's clock; nil means the real one.
+	Clock clock.WithTickerAndDelayedExecution
+	Log   logr.Logger
+	// OnChange, when set, is called after the worked-on set changed, with the old and
+	// the new set; calls never overlap and come in order. When the set shrinks, the
+	// work on the slots that left must stop: Drain is asked next.
 	OnChange func(old, owned Set)
+	// Drain, when set, returns once no work on the given slots runs any more, or ctx
+	// ends (then with ctx's error). The member publishes that it gave slots up only
+	// after Drain returned nil for them.
+	Drain func(ctx context.Context, slots Set) error
 
-	mu       sync.Mutex
-	owned    Set
-	changed  chan struct{} // closed and replaced at every change of owned
-	seen     map[string]observation
-	lastRenw time.Time // when this member's Lease was last renewed
-	lease    *coordinationv1.Lease
+	// notify serialises changes of the worked-on set with their OnChange and Drain
+	// calls (the renew loop and the expiry timer both change it).
+	notify sync.Mutex
+
+	mu sync.Mutex
+	// owned is the set worked on, valid until validUntil; pending is claimed and not
+	// started; draining is given up and not yet drained.
+	owned, pending, draining Set
+	validUntil               time.Time
+	expiry                   clock.Timer
+	changed                  chan struct{} // closed and replaced at every change of owned
+	// published is what the Lease claimed at the last successful write;
+	// publishedPending the pending slots among them.
+	published, publishedPending Set
+	publishedSlots              string
+	seen                        map[string]observation
+	// lastClaim is, per slot, when this member last saw a change of the Lease of a
+	// live member that claimed the slot, on its own clock.
+	lastClaim [Slots]time.Time
+	gained    [Slots]Gain
+	lease     *coordinationv1.Lease
 	// abandon makes Start end without leaving, as a killed process would (tests).
 	abandon bool
-	// members is the live set of the last step; assigned is whether this member has
-	// owned slots since it started; gained tells how each slot was taken over.
-	members  []string
-	assigned bool
-	gained   [Slots]Gain
 }
 
-// observation is when this member last saw another's Lease change, on its own clock:
-// liveness is judged on the observer's clock, so clock skew between replicas does not
-// shorten or stretch anyone's lease.
+// unknownSlots marks the Lease's content as unknown after a failed write.
+const unknownSlots = "?"
+
+// observation is when this member last saw another's Lease change, on its own clock.
 type observation struct {
 	resourceVersion string
 	at              time.Time
 }
+
+// MinRenewsPerLease is how many renew periods a lease duration must hold at least:
+// a member renews every period, each call may take up to a period, and ownership ends
+// a safety margin before the lease does.
+const MinRenewsPerLease = 3
+
+// ValidateTiming checks a lease duration and renew period: both positive, and the
+// lease at least MinRenewsPerLease renew periods long, so a member renews several
+// times before its ownership would lapse.
+func ValidateTiming(leaseDuration, renewPeriod time.Duration) error {
+	switch {
+	case leaseDuration <= 0:
+		return fmt.Errorf("the shard lease duration must be positive, not %s", leaseDuration)
+	case renewPeriod <= 0:
+		return fmt.Errorf("the shard renew period must be positive, not %s", renewPeriod)
+	case renewPeriod*MinRenewsPerLease > leaseDuration:
+		return fmt.Errorf("the shard renew period (%s) must be at most a third of the lease duration (%s): a member renews "+
+			"every period, each call may take a period, and it stops working on its slots a margin before its lease ends",
+			renewPeriod, leaseDuration)
+	}
+	return nil
+}
+
+// safetyMargin is how long before its lease ends, on its own clock, a member stops
+// working: time for the cancellation of running work to take effect, and for clocks
+// that do not run at exactly the same rate.
+func (m *Member) safetyMargin() time.Duration { return m.LeaseDuration / 5 }
 
 // LeaseName is the name of a member's Lease.
 func (m *Member) LeaseName() string { return m.Ring + "-" + m.Identity }
@@ -72,22 +142,35 @@ func (m *Member) LeaseName() string { return m.Ring + "-" + m.Identity }
 // NeedLeaderElection is false: every replica is a member.
 func (m *Member) NeedLeaderElection() bool { return false }
 
-// Owns reports whether this member owns a slot now.
+// Owns reports whether this member works on a slot now: it owns it and its ownership
+// has not lapsed.
 func (m *Member) Owns(slot int) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.owned.Has(slot)
+	m.init()
+	return m.owned.Has(slot) && m.validLocked()
 }
 
-// OwnsUID reports whether this member owns the slot of an object UID now.
+// OwnsUID reports whether this member works on the slot of an object UID now.
 func (m *Member) OwnsUID(uid types.UID) bool { return m.Owns(SlotOf(uid)) }
 
-// Owned returns the owned slots and a channel closed at their next change.
+// Owned returns the slots worked on now and a channel closed at their next change.
 func (m *Member) Owned() (Set, <-chan struct{}) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.init()
+	if !m.validLocked() {
+		return 0, m.changed
+	}
 	return m.owned, m.changed
+}
+
+// ValidUntil returns when this member's ownership lapses unless it renews, on its
+// own clock.
+func (m *Member) ValidUntil() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.validUntil
 }
 
 func (m *Member) init() {
@@ -100,16 +183,22 @@ func (m *Member) init() {
 	}
 }
 
-// Start renews the Lease and recomputes the owned slots every RenewPeriod until ctx
-// ends, then gives up the slots and deletes the Lease, so the others take over at
-// their next reread rather than after the lease expires.
+func (m *Member) validLocked() bool { return m.Clock.Now().Before(m.validUntil) }
+
+// Start renews the Lease and recomputes the slots every RenewPeriod until ctx ends,
+// then stops the work on every slot and deletes the Lease, so the others take over
+// at their next reread rather than after the lease expires.
 func (m *Member) Start(ctx context.Context) error {
+	if err := ValidateTiming(m.LeaseDuration, m.RenewPeriod); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	m.init()
 	m.mu.Unlock()
 	m.Log.Info("joining the shard ring", "ring", m.Ring, "lease", m.LeaseName(), "namespace", m.Namespace)
 	tick := m.Clock.NewTicker(m.RenewPeriod)
 	defer tick.Stop()
+	defer m.stopExpiry()
 	for {
 		m.step(ctx)
 		select {
@@ -126,29 +215,34 @@ func (m *Member) Start(ctx context.Context) error {
 	}
 }
 
-// step is one renew-and-reread round.
+// step is one round: renew (publishing the claims), reread the ring and apply what it
+// says; when that adds claims, publish them and reread at once, so a slot given up by
+// another member is taken within the same round.
 func (m *Member) step(ctx context.Context) {
-	if err := m.renew(ctx); err != nil {
+	if err := m.publish(ctx); err != nil {
 		m.Log.Error(err, "renew shard lease")
 	}
-	members, expired, err := m.liveMembers(ctx)
-	if err != nil {
-		m.Log.Error(err, "list shard leases")
-		// Without a fresh view, keep the slots only while our own lease holds.
-		members = nil
-		if m.selfLive() {
+	for range 2 {
+		v, err := m.read(ctx)
+		if err != nil {
+			// Without a fresh view nothing changes hands; the slots worked on are kept
+			// only while the ownership holds.
+			m.Log.Error(err, "list shard leases")
 			return
 		}
-	}
-	owned := Set(0)
-	if m.selfLive() {
-		owned = Assign(members)[m.Identity]
-	}
-	m.noteGains(owned, members, expired)
-	m.set(owned, members)
-	if m.lease != nil && m.lease.Annotations[SlotsAnnotation] != owned.String() {
-		if err := m.renew(ctx); err != nil {
-			m.Log.Error(err, "publish owned slots")
+		m.apply(ctx, v)
+		if !m.unpublished() {
+			return
+		}
+		if err := m.publish(ctx); err != nil {
+			m.Log.Error(err, "publish shard claims")
+			return
+		}
+		m.mu.Lock()
+		pending := m.pending
+		m.mu.Unlock()
+		if pending == 0 {
+			return
 		}
 	}
 }
@@ -157,12 +251,12 @@ func (m *Member) step(ctx context.Context) {
 // owner may have stopped working on it.
 type Gain struct {
 	At time.Time
-	// Window is zero when nothing can have been missed: the slot came with this
-	// member's first assignment (what happened before its start is unknown, and the
-	// objects continue where they are), or its previous owner is still live and works
-	// until it sees the change. It is two renew periods when the previous owner left
-	// (it deleted its Lease on the way out, seen up to a period late), and the lease
-	// duration plus two renew periods when it expired (a crash).
+	// Window is zero when no other member was seen claiming the slot since this one
+	// started: what happened before its start is unknown, and the objects continue
+	// where they are. Otherwise it reaches back from At to the last change this member
+	// saw of the Lease of a member that claimed the slot, plus two renew periods and
+	// two call deadlines: the previous owner may have stopped that long before its
+	// last write that still claimed the slot (it stops, drains, then publishes).
 	Window time.Duration
 }
 
@@ -173,170 +267,320 @@ func (m *Member) Gained(slot int) Gain {
 	return m.gained[slot]
 }
 
-// noteGains records a Gain for every slot owned now and not before.
-func (m *Member) noteGains(owned Set, members []string, expired map[string]bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	prev, first := m.members, !m.assigned
-	m.members, m.assigned = members, m.assigned || owned != 0
-	gained := owned &^ m.owned
-	if gained == 0 {
-		return
-	}
-	was := Assign(prev)
-	live := map[string]bool{}
-	for _, id := range members {
-		live[id] = true
+// view is what one read of the ring found.
+type view struct {
+	// members are the live members, this one included while its ownership holds.
+	members []string
+	// claims are the slots the other live members claim.
+	claims Set
+}
+
+// read lists the ring's Leases and judges who is live, on this member's clock.
+func (m *Member) read(ctx context.Context) (view, error) {
+	cctx, cancel := context.WithTimeout(ctx, m.RenewPeriod)
+	defer cancel()
+	list, err := m.Leases.Leases(m.Namespace).List(cctx, metav1.ListOptions{LabelSelector: RingLabel + "=" + m.Ring})
+	if err != nil {
+		return view{}, fmt.Errorf("list the Leases of ring %s: %w", m.Ring, err)
 	}
 	now := m.Clock.Now()
-	for slot := range Slots {
-		if !gained.Has(slot) {
-			continue
-		}
-		g := Gain{At: now}
-		previous := ""
-		for id, set := range was {
-			if set.Has(slot) {
-				previous = id
-			}
-		}
-		switch {
-		case first, previous == "", live[previous]:
-		case expired[previous]:
-			g.Window = m.LeaseDuration + 2*m.RenewPeriod
-		default:
-			g.Window = 2 * m.RenewPeriod
-		}
-		m.gained[slot] = g
-	}
-}
-
-// selfLive reports whether this member's own lease is still valid: a member that
-// cannot renew gives up its slots before anyone else may count it as gone.
-func (m *Member) selfLive() bool {
-	return !m.lastRenw.IsZero() && m.Clock.Since(m.lastRenw) < m.LeaseDuration
-}
-
-func (m *Member) set(owned Set, members []string) {
+	var v view
+	var stale []*coordinationv1.Lease
 	m.mu.Lock()
-	old := m.owned
-	if old == owned {
-		m.mu.Unlock()
-		return
-	}
-	m.owned = owned
-	close(m.changed)
-	m.changed = make(chan struct{})
-	m.mu.Unlock()
-	m.Log.Info("owned shard slots changed", "slots", owned.String(), "count", owned.Len(), "members", members)
-	if m.OnChange != nil {
-		m.OnChange(old, owned)
-	}
-}
-
-// renew creates or renews this member's Lease, publishing the owned slots on it.
-func (m *Member) renew(ctx context.Context) error {
-	leases := m.Leases.Leases(m.Namespace)
-	now := metav1.NewMicroTime(m.Clock.Now())
-	m.mu.Lock()
-	slots := m.owned.String()
-	m.mu.Unlock()
-	if m.lease == nil {
-		seconds := int32(m.LeaseDuration.Seconds())
-		l := &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: m.LeaseName(), Namespace: m.Namespace,
-				Labels:      map[string]string{RingLabel: m.Ring},
-				Annotations: map[string]string{SlotsAnnotation: slots},
-			},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: &m.Identity, LeaseDurationSeconds: &seconds,
-				AcquireTime: &now, RenewTime: &now},
-		}
-		created, err := leases.Create(ctx, l, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			// Our own Lease from before a restart (same pod name): take it over.
-			if created, err = leases.Get(ctx, l.Name, metav1.GetOptions{}); err == nil {
-				m.lease = created
-				return m.renew(ctx)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("create Lease %s: %w", l.Name, err)
-		}
-		m.lease, m.lastRenw = created, now.Time
-		return nil
-	}
-	l := m.lease.DeepCopy()
-	l.Spec.HolderIdentity, l.Spec.RenewTime = &m.Identity, &now
-	if l.Annotations == nil {
-		l.Annotations = map[string]string{}
-	}
-	l.Annotations[SlotsAnnotation] = slots
-	updated, err := leases.Update(ctx, l, metav1.UpdateOptions{})
-	if err != nil {
-		// A conflict or a deleted Lease: start again from the stored one (or none).
-		m.lease = nil
-		if got, gerr := leases.Get(ctx, l.Name, metav1.GetOptions{}); gerr == nil {
-			m.lease = got
-		}
-		return fmt.Errorf("renew Lease %s: %w", l.Name, err)
-	}
-	m.lease, m.lastRenw = updated, now.Time
-	return nil
-}
-
-// liveMembers returns the identities of the ring's live members, this one included
-// when its own lease holds, and those of members whose Lease is there but expired.
-func (m *Member) liveMembers(ctx context.Context) ([]string, map[string]bool, error) {
-	list, err := m.Leases.Leases(m.Namespace).List(ctx, metav1.ListOptions{LabelSelector: RingLabel + "=" + m.Ring})
-	if err != nil {
-		return nil, nil, err
-	}
-	expired := map[string]bool{}
-	now := m.Clock.Now()
 	seen := make(map[string]observation, len(list.Items))
-	var live []string
 	for i := range list.Items {
 		l := &list.Items[i]
 		holder := ""
 		if l.Spec.HolderIdentity != nil {
 			holder = *l.Spec.HolderIdentity
 		}
-		if holder == "" {
-			continue
-		}
-		if holder == m.Identity {
-			if m.selfLive() {
-				live = append(live, holder)
-			}
+		if holder == "" || holder == m.Identity {
 			continue
 		}
 		o, known := m.seen[l.Name]
-		switch {
-		case !known:
-			// First sight: the Lease's own renew time is all there is to go by, so a
-			// replica that joins agrees at once with the others about who is live.
-			// Afterwards only changes seen on this member's clock count.
-			o = observation{resourceVersion: l.ResourceVersion}
-			if l.Spec.RenewTime != nil {
-				o.at = l.Spec.RenewTime.Time
-				if o.at.After(now) {
-					o.at = now
-				}
-			}
-		case o.resourceVersion != l.ResourceVersion:
+		if !known || o.resourceVersion != l.ResourceVersion {
+			// A change, or the first sight: live for a lease duration from now.
 			o = observation{resourceVersion: l.ResourceVersion, at: now}
 		}
 		seen[l.Name] = o
-		if !o.at.IsZero() && now.Sub(o.at) < leaseDuration(l, m.LeaseDuration) {
-			live = append(live, holder)
-			continue
+		d := leaseDuration(l, m.LeaseDuration)
+		switch age := now.Sub(o.at); {
+		case age < d:
+			v.members = append(v.members, holder)
+			c := claimsOf(l)
+			v.claims |= c
+			for slot := range Slots {
+				if c.Has(slot) && o.at.After(m.lastClaim[slot]) {
+					m.lastClaim[slot] = o.at
+				}
+			}
+		case age >= staleAfter*d:
+			stale = append(stale, l)
 		}
-		expired[holder] = true
-		m.collect(ctx, l, now)
 	}
 	m.seen = seen
-	return live, expired, nil
+	if m.validLocked() {
+		v.members = append(v.members, m.Identity)
+	}
+	m.mu.Unlock()
+	for _, l := range stale {
+		m.collect(ctx, l)
+	}
+	return v, nil
+}
+
+// claimsOf returns the slots a Lease claims. A Lease written by a release without
+// ClaimsAnnotation claims the slots it works on.
+func claimsOf(l *coordinationv1.Lease) Set {
+	var claims Set
+	for _, key := range []string{ClaimsAnnotation, SlotsAnnotation} {
+		if s, err := ParseSet(l.Annotations[key]); err == nil {
+			claims |= s
+		}
+	}
+	return claims
+}
+
+// apply takes what a read found: starts on the claimed slots no one else claims,
+// stops the work on slots that are no longer this member's (and drains it), and
+// claims the slots of its share that no one claims.
+func (m *Member) apply(ctx context.Context, v view) {
+	m.notify.Lock()
+	defer m.notify.Unlock()
+	m.mu.Lock()
+	now := m.Clock.Now()
+	target := Set(0)
+	if m.validLocked() {
+		target = Assign(v.members)[m.Identity]
+	}
+	// Start only on what was claimed in a write before this read, and that no one
+	// else claims in it.
+	start := m.pending & m.publishedPending & target &^ v.claims
+	// A slot given up but still claimed (its work draining) that comes back is never
+	// out of this member's hands: take it again.
+	back := m.draining & target
+	release := m.owned &^ target
+	owned := (m.owned &^ release) | start | back
+	m.draining = (m.draining &^ back) | release
+	m.pending = (m.pending &^ start &^ v.claims) & target
+	if m.validLocked() {
+		m.pending |= target &^ owned &^ m.pending &^ m.draining &^ v.claims
+	}
+	for slot := range Slots {
+		if !start.Has(slot) {
+			continue
+		}
+		g := Gain{At: now}
+		if last := m.lastClaim[slot]; !last.IsZero() {
+			g.Window = now.Sub(last) + 4*m.RenewPeriod
+		}
+		m.gained[slot] = g
+	}
+	old := m.setOwnedLocked(owned)
+	draining := m.draining
+	m.mu.Unlock()
+	m.changedFrom(old, owned, v.members)
+	if draining != 0 {
+		m.drain(ctx, draining)
+	}
+}
+
+// setOwnedLocked replaces the worked-on set and returns the old one.
+func (m *Member) setOwnedLocked(owned Set) Set {
+	old := m.owned
+	if old != owned {
+		m.owned = owned
+		close(m.changed)
+		m.changed = make(chan struct{})
+	}
+	return old
+}
+
+// changedFrom logs and reports a change of the worked-on set. Call with notify held.
+func (m *Member) changedFrom(old, owned Set, members []string) {
+	if old == owned {
+		return
+	}
+	m.Log.Info("owned shard slots changed", "slots", owned.String(), "count", owned.Len(), "members", members)
+	if m.OnChange != nil {
+		m.OnChange(old, owned)
+	}
+}
+
+// drain waits for the work on slots given up to end, at most one renew period, and
+// stops claiming those that drained. Call with notify held.
+func (m *Member) drain(ctx context.Context, slots Set) {
+	if m.Drain != nil {
+		dctx, cancel := context.WithTimeout(ctx, m.RenewPeriod)
+		err := m.Drain(dctx, slots)
+		cancel()
+		if err != nil {
+			m.Log.Info("work on given-up shard slots is still running; they stay claimed until it ends",
+				"slots", slots.String(), "reason", err.Error())
+			return
+		}
+	}
+	m.mu.Lock()
+	m.draining &^= slots
+	m.mu.Unlock()
+}
+
+// unpublished reports whether the Lease does not say yet what this member claims.
+func (m *Member) unpublished() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.claimsLocked() != m.published || m.owned.String() != m.publishedSlots || m.pending != m.publishedPending
+}
+
+func (m *Member) claimsLocked() Set { return m.owned | m.pending | m.draining }
+
+// publish writes this member's Lease: renews it and publishes the claims. A write
+// that succeeds extends the ownership to when it was sent plus the lease duration
+// minus the margin, if the ownership still held when the answer came; if it had
+// lapsed, the slots were dropped at that moment and are claimed afresh.
+func (m *Member) publish(ctx context.Context) error {
+	m.mu.Lock()
+	m.init()
+	claims, pending, slots := m.claimsLocked(), m.pending, m.owned.String()
+	m.mu.Unlock()
+	sent := m.Clock.Now()
+	if err := m.write(ctx, claims, slots, sent); err != nil {
+		// The write may still have landed, or not: until one succeeds, what the Lease
+		// claims is unknown, and no pending slot may start.
+		m.mu.Lock()
+		m.publishedPending, m.publishedSlots = 0, unknownSlots
+		m.mu.Unlock()
+		return err
+	}
+	m.notify.Lock()
+	defer m.notify.Unlock()
+	m.mu.Lock()
+	lapsed := !m.validUntil.IsZero() && !m.validLocked()
+	var old Set
+	if lapsed {
+		old = m.dropLocked()
+		pending = 0
+	}
+	m.validUntil = sent.Add(m.LeaseDuration - m.safetyMargin())
+	m.published, m.publishedPending, m.publishedSlots = claims, pending, slots
+	m.armExpiryLocked()
+	m.mu.Unlock()
+	if lapsed {
+		m.lapsed(old)
+	}
+	return nil
+}
+
+// write creates or updates the Lease with the claims, each call within a renew period.
+func (m *Member) write(ctx context.Context, claims Set, slots string, now time.Time) error {
+	leases := m.Leases.Leases(m.Namespace)
+	renewed := metav1.NewMicroTime(now)
+	annotations := map[string]string{SlotsAnnotation: slots, ClaimsAnnotation: claims.String()}
+	call := func(f func(context.Context) error) error {
+		cctx, cancel := context.WithTimeout(ctx, m.RenewPeriod)
+		defer cancel()
+		return f(cctx)
+	}
+	if m.lease == nil {
+		seconds := int32(m.LeaseDuration.Seconds())
+		l := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: m.LeaseName(), Namespace: m.Namespace,
+				Labels: map[string]string{RingLabel: m.Ring}, Annotations: annotations,
+			},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &m.Identity, LeaseDurationSeconds: &seconds,
+				AcquireTime: &renewed, RenewTime: &renewed},
+		}
+		var created *coordinationv1.Lease
+		err := call(func(c context.Context) (err error) { created, err = leases.Create(c, l, metav1.CreateOptions{}); return err })
+		if apierrors.IsAlreadyExists(err) {
+			// Our own Lease from before a restart (same pod name): take it over.
+			err = call(func(c context.Context) (err error) { created, err = leases.Get(c, l.Name, metav1.GetOptions{}); return err })
+			if err == nil {
+				m.lease = created
+				return m.write(ctx, claims, slots, now)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("create Lease %s: %w", l.Name, err)
+		}
+		m.lease = created
+		return nil
+	}
+	l := m.lease.DeepCopy()
+	l.Spec.HolderIdentity, l.Spec.RenewTime = &m.Identity, &renewed
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	for k, v := range annotations {
+		l.Annotations[k] = v
+	}
+	var updated *coordinationv1.Lease
+	err := call(func(c context.Context) (err error) { updated, err = leases.Update(c, l, metav1.UpdateOptions{}); return err })
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		// A write of ours that timed out and landed after all, or a deleted Lease:
+		// start again from the stored one, or from none.
+		m.lease = nil
+		var got *coordinationv1.Lease
+		if gerr := call(func(c context.Context) (err error) { got, err = leases.Get(c, l.Name, metav1.GetOptions{}); return err }); gerr == nil {
+			m.lease = got
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("renew Lease %s: %w", l.Name, err)
+	}
+	m.lease = updated
+	return nil
+}
+
+// dropLocked gives up everything: the ownership lapsed, so the others may already
+// have taken the slots. It returns the old worked-on set.
+func (m *Member) dropLocked() Set {
+	m.pending, m.draining, m.publishedPending = 0, 0, 0
+	return m.setOwnedLocked(0)
+}
+
+// lapsed reports a lapse of the ownership. Call with notify held.
+func (m *Member) lapsed(old Set) {
+	if old == 0 {
+		return
+	}
+	m.Log.Info("shard ownership lapsed: the Lease was not renewed in time; stopped working on every slot",
+		"slots", old.String())
+	if m.OnChange != nil {
+		m.OnChange(old, 0)
+	}
+}
+
+// armExpiryLocked makes the worked-on set drop when the ownership lapses, so running
+// work is stopped on time even while a renewal hangs.
+func (m *Member) armExpiryLocked() {
+	if m.expiry != nil {
+		m.expiry.Stop()
+	}
+	m.expiry = m.Clock.AfterFunc(m.validUntil.Sub(m.Clock.Now()), m.expire)
+}
+
+func (m *Member) stopExpiry() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.expiry != nil {
+		m.expiry.Stop()
+	}
+}
+
+// expire drops the slots if the ownership lapsed (a renewal may have come first).
+func (m *Member) expire() {
+	m.notify.Lock()
+	defer m.notify.Unlock()
+	m.mu.Lock()
+	if m.validUntil.IsZero() || m.validLocked() {
+		m.mu.Unlock()
+		return
+	}
+	old := m.dropLocked()
+	m.mu.Unlock()
+	m.lapsed(old)
 }
 
 // staleAfter is how many lease durations a dead member's Lease stays before a live
@@ -344,14 +588,13 @@ func (m *Member) liveMembers(ctx context.Context) ([]string, map[string]bool, er
 // would otherwise pile up.
 const staleAfter = 20
 
-// collect deletes a dead member's Lease once it has not been renewed for staleAfter
-// lease durations (by its own renew time), unless it changed meanwhile.
-func (m *Member) collect(ctx context.Context, l *coordinationv1.Lease, now time.Time) {
-	if l.Spec.RenewTime == nil || now.Sub(l.Spec.RenewTime.Time) < staleAfter*leaseDuration(l, m.LeaseDuration) {
-		return
-	}
+// collect deletes a Lease this member has not seen change for staleAfter lease
+// durations on its own clock, unless it changed meanwhile.
+func (m *Member) collect(ctx context.Context, l *coordinationv1.Lease) {
+	cctx, cancel := context.WithTimeout(ctx, m.RenewPeriod)
+	defer cancel()
 	uid, rv := l.UID, l.ResourceVersion
-	err := m.Leases.Leases(m.Namespace).Delete(ctx, l.Name,
+	err := m.Leases.Leases(m.Namespace).Delete(cctx, l.Name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
 	if err == nil {
 		m.Log.Info("deleted the Lease of a member gone long ago", "lease", l.Name)
@@ -365,17 +608,38 @@ func leaseDuration(l *coordinationv1.Lease, fallback time.Duration) time.Duratio
 	return fallback
 }
 
-// leave gives up every slot and deletes the Lease.
+// leave stops the work on every slot, waits for it to end, and deletes the Lease so
+// the others take over at once. Work that does not end within a renew period keeps
+// the Lease in place: the others take over when it expires.
 func (m *Member) leave() {
-	m.set(0, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m.notify.Lock()
+	m.mu.Lock()
+	release := m.claimsLocked()
+	m.pending = 0
+	old := m.setOwnedLocked(0)
+	m.draining = release
+	m.mu.Unlock()
+	m.changedFrom(old, 0, nil)
+	if release != 0 {
+		m.drain(ctx, release)
+	}
+	m.mu.Lock()
+	drained := m.draining == 0
+	m.mu.Unlock()
+	m.notify.Unlock()
 	if m.lease == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	uid, rv := m.lease.UID, m.lease.ResourceVersion
+	if !drained {
+		m.Log.Info("left the shard ring with work still running; the others take over when the Lease expires", "lease", m.LeaseName())
+		return
+	}
+	// Only this member writes its Lease; the UID keeps a later incarnation of the name.
+	uid := m.lease.UID
 	err := m.Leases.Leases(m.Namespace).Delete(ctx, m.lease.Name,
-		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		m.Log.Error(err, "delete shard lease on shutdown; the others take over when it expires")
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/watchlist"
 )
 
 // ServerSideSupported asks the API server whether it applies KEP-5866 shard selectors
@@ -40,11 +42,25 @@ func ServerSideSupported(ctx context.Context, c metadata.Interface, resource sch
 // again with the new selector: objects of new slots arrive as additions, objects of
 // slots given away as deletions.
 //
+// A list and the watch that continues from it use one snapshot of the slots, taken at
+// the list: a watch opened after the slots changed would otherwise continue a list of
+// other slots, and the objects of the new ones would stay unseen until a later relist.
+// Such a watch ends at once, and the informer lists again.
+//
 // Used only when ServerSideSupported; otherwise the informer holds every object and
 // the controller filters with the same slot function.
 type Narrowed struct {
 	Member *Member
 	Inner  cache.ListerWatcherWithContext
+
+	mu     sync.Mutex
+	listed *snapshot // the slots of the last list
+}
+
+// snapshot is the owned set at one instant and the channel closed at its next change.
+type snapshot struct {
+	owned   Set
+	changed <-chan struct{}
 }
 
 var (
@@ -63,22 +79,44 @@ func (n *Narrowed) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 	return n.WatchWithContext(context.Background(), opts)
 }
 
-// ListWithContext lists the objects of the owned slots.
+// ListWithContext lists the objects of the owned slots and keeps the snapshot for the
+// watch that follows.
 func (n *Narrowed) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	owned, _ := n.Member.Owned()
-	opts.ShardSelector = owned.Selector()
+	s := n.snapshot()
+	n.mu.Lock()
+	n.listed = &s
+	n.mu.Unlock()
+	opts.ShardSelector = s.owned.Selector()
 	return n.Inner.ListWithContext(ctx, opts)
 }
 
-// WatchWithContext watches the objects of the owned slots until they change.
+// WatchWithContext watches the objects of the slots of the last list (of now, for a
+// watch that lists itself: sendInitialEvents) until they change.
 func (n *Narrowed) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	owned, changed := n.Member.Owned()
-	opts.ShardSelector = owned.Selector()
+	n.mu.Lock()
+	s := n.listed
+	n.mu.Unlock()
+	if s == nil || (opts.SendInitialEvents != nil && *opts.SendInitialEvents) {
+		fresh := n.snapshot()
+		s = &fresh
+	}
+	opts.ShardSelector = s.owned.Selector()
 	w, err := n.Inner.WatchWithContext(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	return newEndingWatch(w, changed), nil
+	return newEndingWatch(w, s.changed), nil
+}
+
+// IsWatchListSemanticsUnSupported passes on what the wrapped ListerWatcher says about
+// watch-list streams.
+func (n *Narrowed) IsWatchListSemanticsUnSupported() bool {
+	return watchlist.DoesClientNotSupportWatchListSemantics(n.Inner)
+}
+
+func (n *Narrowed) snapshot() snapshot {
+	owned, changed := n.Member.Owned()
+	return snapshot{owned: owned, changed: changed}
 }
 
 // endingWatch forwards a watch until a channel closes, then sends an "expired" error

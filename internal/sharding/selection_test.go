@@ -1,0 +1,194 @@
+package sharding
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/cache"
+
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+)
+
+var storageBuckets = schema.GroupVersionResource{Group: "phalanks.io", Version: "v1beta1", Resource: "storagebuckets"}
+
+func startAPIServer(t *testing.T, gate bool) *envtest.Env {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := phalanksv1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	env, err := envtest.Start(envtest.Options{Scheme: scheme,
+		APIServerArgs: map[string][]string{"feature-gates": {fmt.Sprintf("ShardedListAndWatch=%t", gate)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	return env
+}
+
+// Both paths of the fallback: an API server with the ShardedListAndWatch gate serves
+// each replica its share; one without it is detected, and the replica filters.
+func TestServerSideShardingIsDetectedAndListsOnlyTheOwnedSlots(t *testing.T) {
+	for _, gate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ShardedListAndWatch=%t", gate), func(t *testing.T) {
+			env := startAPIServer(t, gate)
+			ctx := t.Context()
+			mc := metadata.NewForConfigOrDie(env.Config)
+			supported, err := ServerSideSupported(ctx, mc, storageBuckets)
+			if err != nil || supported != gate {
+				t.Fatalf("ServerSideSupported = %v, %v; the gate is %v", supported, err, gate)
+			}
+			if !gate {
+				return
+			}
+			uids := createBuckets(t, env, 120)
+
+			m := &Member{}
+			setOwned(m, Set(0x0000_0000_ffff_ffff)) // slots 0-31
+			lw := &Narrowed{Member: m, Inner: cache.ToListerWatcherWithContext(&cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					return mc.Resource(storageBuckets).Namespace("").List(ctx, o)
+				},
+				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+					return mc.Resource(storageBuckets).Namespace("").Watch(ctx, o)
+				},
+			})}
+			inf := cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+			go inf.RunWithContext(ctx)
+			for _, owned := range []Set{Set(0x0000_0000_ffff_ffff), Set(0xffff_0000_ffff_0000), 0} {
+				setOwned(m, owned)
+				n := awaitHolding(t, inf, uids, owned, 30*time.Second)
+				t.Logf("slots %q: the informer holds exactly its %d of %d objects", owned, n, len(uids))
+			}
+		})
+	}
+}
+
+// setOwned makes m work on owned for the next hour, as a ring would.
+func setOwned(m *Member, owned Set) {
+	m.notify.Lock()
+	defer m.notify.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.init()
+	m.validUntil = m.Clock.Now().Add(time.Hour)
+	m.setOwnedLocked(owned)
+}
+
+// awaitHolding waits until the informer holds exactly the objects of the slots in
+// owned, and returns how many that is.
+func awaitHolding(t *testing.T, inf cache.SharedIndexInformer, uids []types.UID, owned Set, limit time.Duration) int {
+	t.Helper()
+	want := map[string]bool{}
+	for _, uid := range uids {
+		if owned.Has(SlotOf(uid)) {
+			want[string(uid)] = true
+		}
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		got := map[string]bool{}
+		for _, o := range inf.GetStore().List() {
+			got[string(o.(*metav1.PartialObjectMetadata).UID)] = true
+		}
+		if equal(got, want) {
+			return len(want)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slots %q: the informer holds %d objects, want the %d of those slots", owned, len(got), len(want))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A ring change between an informer's list and its watch (the LIST+WATCH path, when
+// streaming watch-list is off or refused) must not leave the objects of the new slots
+// unseen: the watch continues the list's slots, ends at once because they changed,
+// and the informer lists the new ones.
+func TestAChangeBetweenListAndWatchIsNotMissed(t *testing.T) {
+	env := startAPIServer(t, true)
+	ctx := t.Context()
+	mc := metadata.NewForConfigOrDie(env.Config)
+	uids := createBuckets(t, env, 120)
+	first, second := Set(0x0000_0000_ffff_ffff), Set(0xffff_ffff_0000_0000)
+	m := &Member{}
+	setOwned(m, first)
+	var lists atomic.Int32
+	lw := &Narrowed{Member: m, Inner: cache.ToListerWatcherWithContext(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			list, err := mc.Resource(storageBuckets).Namespace("").List(ctx, o)
+			if lists.Add(1) == 1 {
+				// The ring moves on while the first list's answer travels.
+				setOwned(m, second)
+			}
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return mc.Resource(storageBuckets).Namespace("").Watch(ctx, o)
+		},
+	})}
+	// The LIST+WATCH path: no watch-list stream, so List and Watch are separate calls.
+	inf := cache.NewSharedIndexInformer(listThenWatch{lw}, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+	go inf.RunWithContext(ctx)
+	awaitHolding(t, inf, uids, second, 20*time.Second)
+	if lists.Load() < 2 {
+		t.Errorf("the informer listed %d times; the slots changed after the first list", lists.Load())
+	}
+}
+
+// listThenWatch makes a reflector list and then watch, as it does when the API server
+// refuses a watch-list stream.
+type listThenWatch struct{ *Narrowed }
+
+func (listThenWatch) IsWatchListSemanticsUnSupported() bool { return true }
+
+func equal(a, b map[string]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
+}
+
+func createBuckets(t *testing.T, env *envtest.Env, n int) []types.UID {
+	t.Helper()
+	ctx := t.Context()
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}); err != nil {
+		t.Fatal(err)
+	}
+	var uids []types.UID
+	for i := range n {
+		sb := &phalanksv1beta1.StorageBucket{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: fmt.Sprintf("sb-%03d", i)},
+			Spec: phalanksv1beta1.StorageBucketSpec{
+				BucketName: fmt.Sprintf("bucket-%03d", i), Endpoint: "https://s3.example.com",
+				CredentialsSecretRef: &phalanksv1beta1.CredentialsSecretReference{Name: "s3"},
+			},
+		}
+		if err := env.Client.Create(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		uids = append(uids, sb.UID)
+	}
+	return uids
+}
+
