@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/phalanks/phalanks-operator/internal/sharding"
 	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 )
 
@@ -23,8 +24,10 @@ type memory struct {
 	buckets map[types.UID]*bucketState
 	// names maps each live StorageBucket's name to its UID, to find the state of a
 	// StorageBucket that is gone (the request names it; the object is not there to tell
-	// its UID) and the predecessor of a re-created one.
+	// its UID) and the predecessor of a re-created one; keys is the other way round, so
+	// forgetting a UID costs the same with one StorageBucket or 50,000.
 	names map[types.NamespacedName]types.UID
+	keys  map[types.UID]types.NamespacedName
 	// endpoints holds the endpoints that failed to answer, keyed by endpoint key
 	// (scheme://host:port); users counts the buckets in memory on each endpoint.
 	endpoints map[string]*endpointState
@@ -35,6 +38,7 @@ func newMemory() *memory {
 	return &memory{
 		buckets:   map[types.UID]*bucketState{},
 		names:     map[types.NamespacedName]types.UID{},
+		keys:      map[types.UID]types.NamespacedName{},
 		endpoints: map[string]*endpointState{},
 		users:     map[string]int{},
 	}
@@ -75,7 +79,7 @@ func (m *memory) track(uid types.UID, key types.NamespacedName) (types.UID, bool
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	prev, ok := m.names[key]
-	m.names[key] = uid
+	m.names[key], m.keys[uid] = uid, key
 	return prev, ok && prev != uid
 }
 
@@ -114,20 +118,35 @@ func (m *memory) store(uid types.UID, st *bucketState) {
 func (m *memory) forget(uid types.UID) (types.NamespacedName, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var key types.NamespacedName
-	found := false
+	key, found := m.keys[uid]
 	if st, ok := m.buckets[uid]; ok {
 		key, found = st.key, true
 		m.leaveLocked(st.endpoint)
 		delete(m.buckets, uid)
 	}
-	for k, u := range m.names {
-		if u == uid {
-			key, found = k, true
-			delete(m.names, k)
-		}
+	delete(m.keys, uid)
+	if m.names[key] == uid {
+		delete(m.names, key)
 	}
 	return key, found
+}
+
+// uidsIn returns the UIDs this memory holds anything for whose slot is in slots.
+func (m *memory) uidsIn(slots sharding.Set) []types.UID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []types.UID
+	for uid := range m.keys {
+		if slots.Has(sharding.SlotOf(uid)) {
+			out = append(out, uid)
+		}
+	}
+	for uid := range m.buckets {
+		if _, named := m.keys[uid]; !named && slots.Has(sharding.SlotOf(uid)) {
+			out = append(out, uid)
+		}
+	}
+	return out
 }
 
 func (m *memory) leaveLocked(endpoint string) {

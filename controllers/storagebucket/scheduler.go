@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/phalanks/phalanks-operator/internal/sharding"
 )
 
 // scheduler is the single source of "when is this bucket probed next": a min-heap of
@@ -22,6 +24,9 @@ import (
 type scheduler struct {
 	mu    sync.Mutex
 	items map[types.UID]*schedItem
+	// byKey names the scheduled UIDs of each name (a StorageBucket and, for a moment,
+	// its predecessor of the same name).
+	byKey map[types.NamespacedName][]types.UID
 	heap  dueHeap
 	// kick wakes the ticker before its next tick, when something became due now.
 	kick chan struct{}
@@ -40,7 +45,7 @@ type dueBucket struct {
 }
 
 func newScheduler() *scheduler {
-	return &scheduler{items: map[types.UID]*schedItem{}, kick: make(chan struct{}, 1)}
+	return &scheduler{items: map[types.UID]*schedItem{}, byKey: map[types.NamespacedName][]types.UID{}, kick: make(chan struct{}, 1)}
 }
 
 // Due returns the bucket's due time, and false when the bucket is not scheduled.
@@ -93,6 +98,7 @@ func (s *scheduler) setLocked(b bucketRef, due time.Time) {
 	if !ok {
 		it = &schedItem{bucketRef: b, index: -1}
 		s.items[b.UID] = it
+		s.byKey[b.Key] = append(s.byKey[b.Key], b.UID)
 	}
 	it.due = due
 	if it.index < 0 {
@@ -111,7 +117,32 @@ func (s *scheduler) Forget(uid types.UID) {
 			heap.Remove(&s.heap, it.index)
 		}
 		delete(s.items, uid)
+		uids := s.byKey[it.Key]
+		for i, u := range uids {
+			if u == uid {
+				uids = append(uids[:i], uids[i+1:]...)
+				break
+			}
+		}
+		if len(uids) == 0 {
+			delete(s.byKey, it.Key)
+		} else {
+			s.byKey[it.Key] = uids
+		}
 	}
+}
+
+// UIDsIn returns the scheduled buckets whose slot is in slots.
+func (s *scheduler) UIDsIn(slots sharding.Set) []types.UID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []types.UID
+	for uid := range s.items {
+		if slots.Has(sharding.SlotOf(uid)) {
+			out = append(out, uid)
+		}
+	}
+	return out
 }
 
 // UIDsOf returns the scheduled buckets named key (a StorageBucket and, for a moment,
@@ -119,13 +150,7 @@ func (s *scheduler) Forget(uid types.UID) {
 func (s *scheduler) UIDsOf(key types.NamespacedName) []types.UID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []types.UID
-	for uid, it := range s.items {
-		if it.Key == key {
-			out = append(out, uid)
-		}
-	}
-	return out
+	return append([]types.UID(nil), s.byKey[key]...)
 }
 
 // PopDue dispatches every armed bucket due at or before until, earliest first.

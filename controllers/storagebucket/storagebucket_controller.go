@@ -58,7 +58,7 @@ type Options struct {
 	ShardLeaseDuration, ShardRenewPeriod time.Duration
 	ServerSideSharding                   string
 	// Clock drives the schedule; nil means the real clock.
-	Clock clock.WithTicker
+	Clock clock.WithTickerAndDelayedExecution
 	// Resolver and Proxy replace the system resolver and the proxy from the environment,
 	// for tests; nil means the defaults.
 	Resolver *net.Resolver
@@ -180,7 +180,9 @@ type Reconciler struct {
 	sched    *scheduler
 	refs     *refReader
 	mem      *memory
-	opts     Options
+	// work holds the pass contexts of the shard slots; nil without a ring.
+	work *shardWork
+	opts Options
 }
 
 // SetupWithManager registers the StorageBucket controller, its field indexes, its
@@ -262,7 +264,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, fmt.Errorf("get StorageBucket: %w", err)
 	}
-	if !r.owns(sb.UID) {
+	ctx, done, owned := r.work.begin(ctx, sb.UID)
+	defer done()
+	if !owned || !r.owns(sb.UID) {
 		// Another replica's share (or ours until a moment ago): drop what we hold.
 		r.forget(sb.UID)
 		return ctrl.Result{}, nil
@@ -308,6 +312,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if st == nil {
 		return ctrl.Result{}, nil
 	}
+	if ctx.Err() != nil && !r.owns(sb.UID) {
+		// The slot was given up during the pass, which was stopped: its result is not
+		// this replica's to write.
+		r.forget(sb.UID)
+		return ctrl.Result{}, nil
+	}
 	return ctrl.Result{}, r.writeStatus(ctx, sb, st)
 }
 
@@ -318,6 +328,19 @@ func (r *Reconciler) knownAs(key types.NamespacedName) []types.UID {
 		uids = append(uids, uid)
 	}
 	return uids
+}
+
+// forgetSlots forgets every StorageBucket of the slots (given up to another replica).
+func (r *Reconciler) forgetSlots(slots sharding.Set) {
+	if slots == 0 {
+		return
+	}
+	for _, uid := range r.sched.UIDsIn(slots) {
+		r.forget(uid)
+	}
+	for _, uid := range r.mem.uidsIn(slots) {
+		r.forget(uid)
+	}
 }
 
 // forget drops a StorageBucket that is gone (or replaced by a new object of the same

@@ -33,6 +33,9 @@ func (r *Reconciler) reconcileFinalizer(ctx context.Context, sb *phalanksv1beta1
 // patchFinalizer adds or removes the deletion finalizer, on a copy of sb (which may be
 // the cache's own object, see Reconcile) and under the optimistic lock.
 func (r *Reconciler) patchFinalizer(ctx context.Context, sb *phalanksv1beta1.StorageBucket, add bool) error {
+	if !r.owns(sb.UID) {
+		return nil // another replica's now
+	}
 	next := sb.DeepCopy()
 	if add {
 		controllerutil.AddFinalizer(next, phalanksv1beta1.FinalizerBucketDeletion)
@@ -95,7 +98,15 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, sb *phalanksv1beta1.St
 	}
 	dctx, cancel := context.WithTimeout(ctx, deletionTimeout)
 	defer cancel()
-	got, err := s3bucket.Delete(dctx, conn.Client, bucket, string(sb.UID), sb.Status.CreatedBucket.Records(sb.Spec), sb.Spec.NonEmptyStrategy, deletionBudget)
+	got, err := s3bucket.Delete(dctx, conn.Client, s3bucket.DeleteRequest{
+		Bucket: bucket, UID: string(sb.UID), CreateRecorded: sb.Status.CreatedBucket.Records(sb.Spec),
+		Strategy: sb.Spec.NonEmptyStrategy, Budget: deletionBudget, Fence: r.fence(sb, true),
+	})
+	if fenced(err) {
+		// Gone, replaced or not ours any more: nothing to do or report here.
+		logf.FromContext(ctx).V(1).Info("bucket deletion stopped", "bucket", bucket, "reason", err.Error())
+		return nil
+	}
 	if err != nil {
 		f := taxonomy.Classify(err, subject)
 		logf.FromContext(ctx).Info("bucket deletion failed; retrying on schedule", "bucket", bucket, "error", f.Message)

@@ -32,7 +32,11 @@ func (r *Reconciler) manage(ctx context.Context, sb *phalanksv1beta1.StorageBuck
 		Owner:          s3bucket.Owner{UID: string(sb.UID), Name: sb.Namespace + "/" + sb.Name},
 		Adopt:          sb.Annotations[phalanksv1beta1.AnnotationAdopt],
 		CreateRecorded: createRecorded(sb, st),
+		Fence:          r.fence(sb, false),
 	})
+	if fenced(err) {
+		return &manageResult{fenced: err}
+	}
 	if err != nil {
 		f := taxonomy.Classify(err, subject)
 		if f.Check == taxonomy.CheckBucketAvailable || f.Check == taxonomy.CheckAuthenticated {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/internal/s3bucket"
@@ -117,6 +118,9 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 	default:
 		if managed {
 			check.manage, check.manageChecked = r.manage(ctx, sb, in, st, timeout), true
+			if check.manage.fenced != nil {
+				return r.stopFenced(ctx, sb, check.manage.fenced, now)
+			}
 			if !check.manage.owned && target.Depth == s3probe.DepthReadWrite {
 				// Never write a canary into a bucket that is not ours.
 				target.Depth = s3probe.DepthList
@@ -137,6 +141,9 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 			// The bucket went away since ownership was confirmed: create it again.
 			st.ownedFor = ""
 			check.manage = r.manage(ctx, sb, in, st, timeout)
+			if check.manage.fenced != nil {
+				return r.stopFenced(ctx, sb, check.manage.fenced, now)
+			}
 			res = r.run(ctx, sb, st, target, cause)
 		}
 	}
@@ -147,6 +154,15 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 	r.record(sb, st, res, checkConditions(check), !marked)
 	r.sched.Schedule(refOf(sb), nextDue(sb.UID, sb.Spec.HealthCheck.IntervalDuration(), now))
 	return st
+}
+
+// stopFenced ends a pass the fence stopped: nothing is recorded or written, and the
+// bucket stays on its schedule (if the StorageBucket is gone, its deletion event
+// forgets it).
+func (r *Reconciler) stopFenced(ctx context.Context, sb *phalanksv1beta1.StorageBucket, why error, now time.Time) *bucketState {
+	logf.FromContext(ctx).V(1).Info("pass stopped before changing the bucket", "reason", why.Error())
+	r.sched.Schedule(refOf(sb), nextDue(sb.UID, sb.Spec.HealthCheck.IntervalDuration(), now))
+	return nil
 }
 
 // run probes the target and reports the result to the endpoint's circuit breaker,

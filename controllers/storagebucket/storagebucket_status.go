@@ -50,6 +50,10 @@ type manageResult struct {
 	// failure is why ownership could not be established (ErrResourceExists, or an
 	// error from the endpoint).
 	failure *taxonomy.Failure
+	// fenced is why the step stopped before creating or tagging the bucket: this
+	// replica must not act for the StorageBucket (see Reconciler.fence). The pass
+	// then reports nothing.
+	fenced error
 }
 
 // checkInput is everything a pass learned that the conditions report.

@@ -40,6 +40,9 @@ const conflictRetryDelay = time.Second
 // written (false); the memory keeps the observation, and the bucket is dispatched again
 // shortly to write it on the newest object.
 func (r *Reconciler) patchStatus(ctx context.Context, sb *phalanksv1beta1.StorageBucket, next phalanksv1beta1.StorageBucketStatus, cause string) (bool, error) {
+	if !r.owns(sb.UID) {
+		return false, nil // another replica's now
+	}
 	before := sb
 	sb = sb.DeepCopy() // sb may be the cache's own object (see Reconcile)
 	sb.Status = next

@@ -79,6 +79,18 @@ type Request struct {
 	// bucket on this endpoint. Only then is a missing bucket created, and an untagged
 	// one taken for the result of an interrupted creation.
 	CreateRecorded bool
+	// Fence, when set, is asked right before every call that creates or changes
+	// something (creating the bucket, tagging it); an error from it ends Ensure with
+	// that error and nothing changed.
+	Fence func(context.Context) error
+}
+
+// fence asks f, when set.
+func fence(ctx context.Context, f func(context.Context) error) error {
+	if f == nil {
+		return nil
+	}
+	return f(ctx)
 }
 
 // Ensure makes sure the bucket exists and belongs to the owner: it creates a missing
@@ -95,10 +107,13 @@ func Ensure(ctx context.Context, c *miniogo.Client, r Request) (Ensured, error) 
 		if !r.CreateRecorded {
 			return Ensured{State: StateMissing}, nil
 		}
+		if err := fence(ctx, r.Fence); err != nil {
+			return Ensured{}, err
+		}
 		err := c.MakeBucket(ctx, bucket, miniogo.MakeBucketOptions{Region: r.Region})
 		switch code := miniogo.ToErrorResponse(err).Code; {
 		case err == nil:
-			if err := setOwner(ctx, c, bucket, owner, nil); err != nil {
+			if err := setOwner(ctx, c, bucket, owner, nil, r.Fence); err != nil {
 				return Ensured{}, err
 			}
 			return Ensured{State: StateCreated}, nil
@@ -120,12 +135,12 @@ func Ensure(ctx context.Context, c *miniogo.Client, r Request) (Ensured, error) 
 	case uid == owner.UID:
 		return Ensured{State: StateOwned}, nil
 	case uid == "" && r.CreateRecorded:
-		if err := setOwner(ctx, c, bucket, owner, current); err != nil {
+		if err := setOwner(ctx, c, bucket, owner, current, r.Fence); err != nil {
 			return Ensured{}, err
 		}
 		return Ensured{State: StateResumed}, nil
 	case (uid == "" && adopt == AdoptUntagged) || (uid != "" && adopt == uid):
-		if err := setOwner(ctx, c, bucket, owner, current); err != nil {
+		if err := setOwner(ctx, c, bucket, owner, current, r.Fence); err != nil {
 			return Ensured{}, err
 		}
 		return Ensured{State: StateAdopted}, nil
@@ -182,7 +197,7 @@ func taggingNotSupported(bucket string, err error) *taxonomy.Failure {
 
 // setOwner writes the ownership tags, keeping every other tag: PutBucketTagging
 // replaces the whole set.
-func setOwner(ctx context.Context, c *miniogo.Client, bucket string, owner Owner, current map[string]string) error {
+func setOwner(ctx context.Context, c *miniogo.Client, bucket string, owner Owner, current map[string]string, f func(context.Context) error) error {
 	merged := map[string]string{}
 	for k, v := range current {
 		merged[k] = v
@@ -192,6 +207,9 @@ func setOwner(ctx context.Context, c *miniogo.Client, bucket string, owner Owner
 	t, err := tags.NewTags(merged, false)
 	if err != nil {
 		return taxonomy.NewFailure(taxonomy.ReasonUnclassified, err, "cannot tag bucket %q: %s", bucket, err)
+	}
+	if err := fence(ctx, f); err != nil {
+		return err
 	}
 	if err := c.SetBucketTagging(ctx, bucket, t); err != nil {
 		if notImplemented(err) {
@@ -230,11 +248,29 @@ type Deleted struct {
 	Removed int
 }
 
-// Delete deletes the bucket if it is uid's (see OwnedBy). A bucket with objects (any
-// version or delete marker) is deleted only under ForceEmpty, which first removes up to
-// budget versions per call and refuses a bucket with object lock enabled.
-func Delete(ctx context.Context, c *miniogo.Client, bucket, uid string, createRecorded bool, strategy phalanksv1beta1.NonEmptyStrategy, budget int) (Deleted, error) {
-	exists, owned, err := OwnedBy(ctx, c, bucket, uid, createRecorded)
+// DeleteRequest is what Delete deletes, and how.
+type DeleteRequest struct {
+	Bucket string
+	// UID is the StorageBucket's; only a bucket that is its (see OwnedBy) is deleted.
+	UID            string
+	CreateRecorded bool
+	Strategy       phalanksv1beta1.NonEmptyStrategy
+	// Budget bounds the object versions ForceEmpty deletes per call.
+	Budget int
+	// Fence, when set, is asked right before every call that deletes something (the
+	// StorageBucket's own canary, object versions, the bucket); an error from it ends
+	// Delete with that error.
+	Fence func(context.Context) error
+}
+
+// Delete deletes the bucket if it is the StorageBucket's (see OwnedBy). The
+// StorageBucket's own ReadWrite canary, if a probe that was cut short left it behind,
+// is deleted first: it is not user data. A bucket with other objects (any version or
+// delete marker) is deleted only under ForceEmpty, which first removes up to budget
+// versions per call and refuses a bucket with object lock enabled.
+func Delete(ctx context.Context, c *miniogo.Client, r DeleteRequest) (Deleted, error) {
+	bucket := r.Bucket
+	exists, owned, err := OwnedBy(ctx, c, bucket, r.UID, r.CreateRecorded)
 	switch {
 	case err != nil:
 		return Deleted{}, err
@@ -243,24 +279,55 @@ func Delete(ctx context.Context, c *miniogo.Client, bucket, uid string, createRe
 	case !owned:
 		return Deleted{Outcome: OutcomeNotOurs}, nil
 	}
+	if err := removeCanary(ctx, c, bucket, phalanksv1beta1.CanaryPrefix+r.UID, r.Fence); err != nil {
+		return Deleted{}, err
+	}
 	empty, err := isEmpty(ctx, c, bucket)
 	if err != nil {
 		return Deleted{}, err
 	}
 	if empty {
-		return removeBucket(ctx, c, bucket, strategy, 0)
+		return removeBucket(ctx, c, bucket, r.Strategy, 0, r.Fence)
 	}
-	switch strategy {
+	switch r.Strategy {
 	case phalanksv1beta1.NonEmptyDeleteIfEmpty:
 		return Deleted{Outcome: OutcomeLeftNonEmpty}, nil
 	case phalanksv1beta1.NonEmptyForceEmpty:
-		return forceEmpty(ctx, c, bucket, budget)
+		return forceEmpty(ctx, c, bucket, r.Budget, r.Fence)
 	default:
 		return Deleted{Outcome: OutcomeBlockedNonEmpty}, nil
 	}
 }
 
-func removeBucket(ctx context.Context, c *miniogo.Client, bucket string, strategy phalanksv1beta1.NonEmptyStrategy, removed int) (Deleted, error) {
+// removeCanary deletes every version of the canary object key.
+func removeCanary(ctx context.Context, c *miniogo.Client, bucket, key string, f func(context.Context) error) error {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var versions []miniogo.ObjectInfo
+	for obj := range c.ListObjectsIter(lctx, bucket, miniogo.ListObjectsOptions{Prefix: key, WithVersions: true, Recursive: true}) {
+		if obj.Err != nil {
+			return fmt.Errorf("list the canary object of bucket %q: %w", bucket, obj.Err)
+		}
+		if obj.Key == key {
+			versions = append(versions, obj)
+		}
+	}
+	for _, v := range versions {
+		if err := fence(ctx, f); err != nil {
+			return err
+		}
+		if err := c.RemoveObject(ctx, bucket, key, miniogo.RemoveObjectOptions{VersionID: v.VersionID}); err != nil {
+			return fmt.Errorf("delete the canary object left in bucket %q: %w", bucket, err)
+		}
+	}
+	return nil
+}
+
+func removeBucket(ctx context.Context, c *miniogo.Client, bucket string, strategy phalanksv1beta1.NonEmptyStrategy, removed int,
+	f func(context.Context) error) (Deleted, error) {
+	if err := fence(ctx, f); err != nil {
+		return Deleted{Removed: removed}, err
+	}
 	err := c.RemoveBucket(ctx, bucket)
 	switch miniogo.ToErrorResponse(err).Code {
 	case "":
@@ -309,13 +376,16 @@ func ObjectLockEnabled(ctx context.Context, c *miniogo.Client, bucket string) (b
 	return enabled == "Enabled", nil
 }
 
-func forceEmpty(ctx context.Context, c *miniogo.Client, bucket string, budget int) (Deleted, error) {
+func forceEmpty(ctx context.Context, c *miniogo.Client, bucket string, budget int, f func(context.Context) error) (Deleted, error) {
 	locked, err := ObjectLockEnabled(ctx, c, bucket)
 	if err != nil {
 		return Deleted{}, err
 	}
 	if locked {
 		return Deleted{Outcome: OutcomeBlockedObjectLock}, nil
+	}
+	if err := fence(ctx, f); err != nil {
+		return Deleted{}, err
 	}
 	removed, more, err := removeVersions(ctx, c, bucket, budget)
 	if err != nil {
@@ -327,7 +397,7 @@ func forceEmpty(ctx context.Context, c *miniogo.Client, bucket string, budget in
 	if more {
 		return Deleted{Outcome: OutcomeEmptying, Removed: removed}, nil
 	}
-	return removeBucket(ctx, c, bucket, phalanksv1beta1.NonEmptyForceEmpty, removed)
+	return removeBucket(ctx, c, bucket, phalanksv1beta1.NonEmptyForceEmpty, removed, f)
 }
 
 // removeVersions deletes up to budget object versions and delete markers, reporting

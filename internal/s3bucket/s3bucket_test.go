@@ -188,14 +188,14 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 		for _, st := range []phalanksv1beta1.NonEmptyStrategy{phalanksv1beta1.NonEmptyFail, phalanksv1beta1.NonEmptyDeleteIfEmpty, phalanksv1beta1.NonEmptyForceEmpty} {
 			bucket := "empty-" + strings.ToLower(string(st))
 			owned(t, bucket, miniogo.MakeBucketOptions{})
-			got, err := s3bucket.Delete(ctx, c, bucket, owner.UID, false, st, 100)
+			got, err := s3bucket.Delete(ctx, c, s3bucket.DeleteRequest{Bucket: bucket, UID: owner.UID, Strategy: st, Budget: 100})
 			if err != nil || got.Outcome != s3bucket.OutcomeDeleted || exists(bucket) {
 				t.Errorf("%s: Delete = %+v, %v; exists=%v", st, got, err, exists(bucket))
 			}
 		}
 	})
 	t.Run("a missing bucket is gone", func(t *testing.T) {
-		got, err := s3bucket.Delete(ctx, c, "never-created", owner.UID, false, phalanksv1beta1.NonEmptyForceEmpty, 100)
+		got, err := s3bucket.Delete(ctx, c, s3bucket.DeleteRequest{Bucket: "never-created", UID: owner.UID, Strategy: phalanksv1beta1.NonEmptyForceEmpty, Budget: 100})
 		if err != nil || got.Outcome != s3bucket.OutcomeGone {
 			t.Errorf("Delete = %+v, %v; want Gone", got, err)
 		}
@@ -205,7 +205,7 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 			t.Fatal(err)
 		}
 		put(t, c, "not-ours", "data")
-		got, err := s3bucket.Delete(ctx, c, "not-ours", owner.UID, false, phalanksv1beta1.NonEmptyForceEmpty, 100)
+		got, err := s3bucket.Delete(ctx, c, s3bucket.DeleteRequest{Bucket: "not-ours", UID: owner.UID, Strategy: phalanksv1beta1.NonEmptyForceEmpty, Budget: 100})
 		if err != nil || got.Outcome != s3bucket.OutcomeNotOurs || len(versions(t, c, "not-ours")) != 1 {
 			t.Errorf("Delete = %+v, %v; want NotOurs with the data kept", got, err)
 		}
@@ -213,7 +213,7 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 	t.Run("Fail keeps a non-empty bucket and its data", func(t *testing.T) {
 		owned(t, "full-fail", miniogo.MakeBucketOptions{})
 		put(t, c, "full-fail", "data")
-		got, err := s3bucket.Delete(ctx, c, "full-fail", owner.UID, false, phalanksv1beta1.NonEmptyFail, 100)
+		got, err := s3bucket.Delete(ctx, c, s3bucket.DeleteRequest{Bucket: "full-fail", UID: owner.UID, Strategy: phalanksv1beta1.NonEmptyFail, Budget: 100})
 		if err != nil || got.Outcome != s3bucket.OutcomeBlockedNonEmpty || len(versions(t, c, "full-fail")) != 1 {
 			t.Errorf("Delete = %+v, %v; want BlockedNonEmpty with the data kept", got, err)
 		}
@@ -221,7 +221,7 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 	t.Run("DeleteIfEmpty leaves a non-empty bucket with its data", func(t *testing.T) {
 		owned(t, "full-ifempty", miniogo.MakeBucketOptions{})
 		put(t, c, "full-ifempty", "data")
-		got, err := s3bucket.Delete(ctx, c, "full-ifempty", owner.UID, false, phalanksv1beta1.NonEmptyDeleteIfEmpty, 100)
+		got, err := s3bucket.Delete(ctx, c, s3bucket.DeleteRequest{Bucket: "full-ifempty", UID: owner.UID, Strategy: phalanksv1beta1.NonEmptyDeleteIfEmpty, Budget: 100})
 		if err != nil || got.Outcome != s3bucket.OutcomeLeftNonEmpty || len(versions(t, c, "full-ifempty")) != 1 {
 			t.Errorf("Delete = %+v, %v; want LeftNonEmpty with the data kept", got, err)
 		}
@@ -238,11 +238,11 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 		if err := c.RemoveObject(ctx, "full-versioned", "a", miniogo.RemoveObjectOptions{}); err != nil { // a delete marker
 			t.Fatal(err)
 		}
-		first, err := s3bucket.Delete(ctx, c, "full-versioned", owner.UID, false, phalanksv1beta1.NonEmptyForceEmpty, 4)
+		first, err := s3bucket.Delete(ctx, c, s3bucket.DeleteRequest{Bucket: "full-versioned", UID: owner.UID, Strategy: phalanksv1beta1.NonEmptyForceEmpty, Budget: 4})
 		if err != nil || first.Outcome != s3bucket.OutcomeEmptying || first.Removed != 4 {
 			t.Fatalf("first Delete = %+v, %v; want Emptying after 4", first, err)
 		}
-		second, err := s3bucket.Delete(ctx, c, "full-versioned", owner.UID, false, phalanksv1beta1.NonEmptyForceEmpty, 4)
+		second, err := s3bucket.Delete(ctx, c, s3bucket.DeleteRequest{Bucket: "full-versioned", UID: owner.UID, Strategy: phalanksv1beta1.NonEmptyForceEmpty, Budget: 4})
 		if err != nil || second.Outcome != s3bucket.OutcomeDeleted || second.Removed != 3 || exists("full-versioned") {
 			t.Errorf("second Delete = %+v, %v; want Deleted after the other 3 (6 versions and 1 marker)", second, err)
 		}
@@ -250,7 +250,7 @@ func TestDeleteFollowsTheNonEmptyStrategy(t *testing.T) {
 	t.Run("ForceEmpty refuses a bucket with object lock", func(t *testing.T) {
 		owned(t, "full-locked", miniogo.MakeBucketOptions{ObjectLocking: true})
 		put(t, c, "full-locked", "data")
-		got, err := s3bucket.Delete(ctx, c, "full-locked", owner.UID, false, phalanksv1beta1.NonEmptyForceEmpty, 100)
+		got, err := s3bucket.Delete(ctx, c, s3bucket.DeleteRequest{Bucket: "full-locked", UID: owner.UID, Strategy: phalanksv1beta1.NonEmptyForceEmpty, Budget: 100})
 		if err != nil || got.Outcome != s3bucket.OutcomeBlockedObjectLock || len(versions(t, c, "full-locked")) != 1 {
 			t.Errorf("Delete = %+v, %v; want BlockedObjectLock with the data kept", got, err)
 		}
@@ -322,12 +322,98 @@ func TestAnEndpointWithoutTaggingIsReportedAsSuch(t *testing.T) {
 		}
 	}
 	put(t, c, "untaggable", "data")
-	got, err := s3bucket.Delete(ctx, through, "untaggable", owner.UID, false, phalanksv1beta1.NonEmptyForceEmpty, 100)
+	got, err := s3bucket.Delete(ctx, through, s3bucket.DeleteRequest{Bucket: "untaggable", UID: owner.UID, Strategy: phalanksv1beta1.NonEmptyForceEmpty, Budget: 100})
 	if err != nil || got.Outcome != s3bucket.OutcomeNotOurs {
 		t.Errorf("Delete without the record = %+v, %v; want NotOurs", got, err)
 	}
-	got, err = s3bucket.Delete(ctx, through, "untaggable", owner.UID, true, phalanksv1beta1.NonEmptyForceEmpty, 100)
+	got, err = s3bucket.Delete(ctx, through, s3bucket.DeleteRequest{Bucket: "untaggable", UID: owner.UID, CreateRecorded: true,
+		Strategy: phalanksv1beta1.NonEmptyForceEmpty, Budget: 100})
 	if err != nil || got.Outcome != s3bucket.OutcomeDeleted {
 		t.Errorf("Delete with the record = %+v, %v; want Deleted", got, err)
+	}
+}
+
+// The fence is asked before every call that creates or deletes, and its refusal stops
+// the call: a replica whose StorageBucket is gone, replaced or no longer its own never
+// creates, tags or deletes.
+func TestAFenceThatRefusesStopsEveryChange(t *testing.T) {
+	c, ctx := setup(t)
+	refused := errors.New("not ours any more")
+	asked := 0
+	refuse := func(context.Context) error { asked++; return refused }
+
+	got, err := s3bucket.Ensure(ctx, c, s3bucket.Request{Bucket: "fenced-create", Region: "us-east-1", Owner: owner,
+		CreateRecorded: true, Fence: refuse})
+	if !errors.Is(err, refused) || asked != 1 {
+		t.Errorf("Ensure of a missing bucket = %+v, %v (fence asked %d times); want the fence's error", got, err, asked)
+	}
+	if ok, err := c.BucketExists(ctx, "fenced-create"); err != nil || ok {
+		t.Errorf("the bucket was created (%v)", err)
+	}
+
+	if err := c.MakeBucket(ctx, "fenced-adopt", miniogo.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s3bucket.Ensure(ctx, c, s3bucket.Request{Bucket: "fenced-adopt", Region: "us-east-1", Owner: owner,
+		Adopt: s3bucket.AdoptUntagged, Fence: refuse}); !errors.Is(err, refused) {
+		t.Errorf("adopting: %v, want the fence's error", err)
+	}
+	if tg := tagMap(t, c, "fenced-adopt"); tg[s3bucket.TagOwnerUID] != "" {
+		t.Errorf("the bucket was tagged: %v", tg)
+	}
+
+	for _, st := range []phalanksv1beta1.NonEmptyStrategy{phalanksv1beta1.NonEmptyFail, phalanksv1beta1.NonEmptyForceEmpty} {
+		bucket := "fenced-delete-" + strings.ToLower(string(st))
+		if err := c.MakeBucket(ctx, bucket, miniogo.MakeBucketOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		setTags(t, c, bucket, map[string]string{s3bucket.TagOwnerUID: owner.UID})
+		if st == phalanksv1beta1.NonEmptyForceEmpty {
+			put(t, c, bucket, "data")
+		}
+		if _, err := s3bucket.Delete(ctx, c, s3bucket.DeleteRequest{Bucket: bucket, UID: owner.UID, Strategy: st, Budget: 100,
+			Fence: refuse}); !errors.Is(err, refused) {
+			t.Errorf("%s: Delete = %v, want the fence's error", st, err)
+		}
+		if ok, err := c.BucketExists(ctx, bucket); err != nil || !ok {
+			t.Errorf("%s: the bucket was deleted (%v)", st, err)
+		}
+		if st == phalanksv1beta1.NonEmptyForceEmpty && len(versions(t, c, bucket)) != 1 {
+			t.Errorf("%s: objects were deleted", st)
+		}
+	}
+}
+
+// A ReadWrite probe cut short (a killed replica, a lost shard) can leave its canary
+// object behind; it is the StorageBucket's own, not user data, so deletion removes it
+// rather than calling the bucket non-empty.
+func TestDeleteRemovesTheStorageBucketsOwnCanaryOnly(t *testing.T) {
+	c, ctx := setup(t)
+	for _, versioned := range []bool{false, true} {
+		bucket := fmt.Sprintf("canary-left-%t", versioned)
+		if err := c.MakeBucket(ctx, bucket, miniogo.MakeBucketOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if versioned {
+			if err := c.EnableVersioning(ctx, bucket); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setTags(t, c, bucket, map[string]string{s3bucket.TagOwnerUID: owner.UID})
+		put(t, c, bucket, phalanksv1beta1.CanaryPrefix+owner.UID)
+		got, err := s3bucket.Delete(ctx, c, s3bucket.DeleteRequest{Bucket: bucket, UID: owner.UID, Strategy: phalanksv1beta1.NonEmptyFail, Budget: 100})
+		if err != nil || got.Outcome != s3bucket.OutcomeDeleted {
+			t.Errorf("versioned=%t: Delete with only our canary = %+v, %v; want Deleted", versioned, got, err)
+		}
+	}
+	// Another StorageBucket's canary is data like any other.
+	if err := c.MakeBucket(ctx, "canary-other", miniogo.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	setTags(t, c, "canary-other", map[string]string{s3bucket.TagOwnerUID: owner.UID})
+	put(t, c, "canary-other", phalanksv1beta1.CanaryPrefix+"another-uid")
+	got, err := s3bucket.Delete(ctx, c, s3bucket.DeleteRequest{Bucket: "canary-other", UID: owner.UID, Strategy: phalanksv1beta1.NonEmptyFail, Budget: 100})
+	if err != nil || got.Outcome != s3bucket.OutcomeBlockedNonEmpty {
+		t.Errorf("Delete with another's canary = %+v, %v; want BlockedNonEmpty", got, err)
 	}
 }

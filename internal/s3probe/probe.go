@@ -184,16 +184,31 @@ func readWrite(ctx context.Context, cleanup func() (context.Context, context.Can
 	return nil
 }
 
+// cleanupKey holds the context that cleanups under a probe's context end with.
+type cleanupKey struct{}
+
+// WithCleanupContext returns ctx whose probes' cleanups (deleting a canary) end when
+// parent ends: they outlive the cancellation of the probe itself, but not parent's.
+func WithCleanupContext(ctx, parent context.Context) context.Context {
+	return context.WithValue(ctx, cleanupKey{}, parent)
+}
+
 // cleanupContext returns the context for deleting a canary: not canceled with the probe
 // (a canary must not stay behind because the probe ran out of time, or the process is
-// shutting down), lasting at most timeout and never past outer's deadline.
+// shutting down), lasting at most timeout and never past outer's deadline, and ending
+// with the cleanup context set by WithCleanupContext, if any.
 func cleanupContext(outer context.Context, timeout time.Duration) func() (context.Context, context.CancelFunc) {
 	return func() (context.Context, context.CancelFunc) {
 		deadline := time.Now().Add(timeout)
 		if d, ok := outer.Deadline(); ok && d.Before(deadline) {
 			deadline = d
 		}
-		return context.WithDeadline(context.WithoutCancel(outer), deadline)
+		ctx, cancel := context.WithDeadline(context.WithoutCancel(outer), deadline)
+		if parent, ok := outer.Value(cleanupKey{}).(context.Context); ok {
+			stop := context.AfterFunc(parent, cancel)
+			return ctx, func() { stop(); cancel() }
+		}
+		return ctx, cancel
 	}
 }
 

@@ -74,6 +74,10 @@ type Member struct {
 	// ends (then with ctx's error). The member publishes that it gave slots up only
 	// after Drain returned nil for them.
 	Drain func(ctx context.Context, slots Set) error
+	// OnLapse, when set, is called when the ownership lapsed, before OnChange: the
+	// others may take every slot from now on, so all work must stop at once, even
+	// what a release would let finish.
+	OnLapse func()
 
 	// notify serialises changes of the worked-on set with their OnChange and Drain
 	// calls (the renew loop and the expiry timer both change it).
@@ -542,6 +546,9 @@ func (m *Member) dropLocked() Set {
 
 // lapsed reports a lapse of the ownership. Call with notify held.
 func (m *Member) lapsed(old Set) {
+	if m.OnLapse != nil {
+		m.OnLapse()
+	}
 	if old == 0 {
 		return
 	}
