@@ -12,9 +12,16 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 )
 
-// serviceAccountNamespace is where a pod finds its namespace; its absence means the
-// manager runs outside a cluster (on a developer's or evaluator's machine).
+// serviceAccountNamespace is where a pod finds its namespace.
 const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// inCluster reports whether the manager runs in a pod: the kubelet gives every
+// container KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT (the signal client-go's
+// in-cluster configuration uses too), whether or not a service account token and
+// namespace file are mounted.
+func inCluster() bool {
+	return os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBERNETES_SERVICE_PORT") != ""
+}
 
 // outOfClusterDefaults fills in, for a manager started outside a pod, what a pod would
 // provide: the namespace of the leader election Lease (the kubeconfig context's
@@ -22,7 +29,7 @@ const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/n
 // when none was given (self-signed, for 127.0.0.1 and localhost). In a pod both stay as
 // they are: a missing certificate there is a deployment error and stops the manager.
 func outOfClusterDefaults(cfg *config, log logr.Logger) error {
-	if _, err := os.Stat(serviceAccountNamespace); err == nil {
+	if inCluster() {
 		return nil
 	}
 	if cfg.leaderElect && cfg.leaderElectNamespace == "" {

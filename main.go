@@ -33,6 +33,8 @@ import (
 	"github.com/phalanks/phalanks-operator/controllers/foo"
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
 	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
+	"github.com/phalanks/phalanks-operator/internal/clockoffset"
+	"github.com/phalanks/phalanks-operator/internal/sharding"
 	"github.com/phalanks/phalanks-operator/internal/storagemigration"
 	"github.com/phalanks/phalanks-operator/internal/webhooks"
 )
@@ -120,6 +122,11 @@ func parseFlags(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	if c.leaderElect {
+		if err := sharding.ValidateTiming(c.storageBucket.ShardLeaseDuration, c.storageBucket.ShardRenewPeriod); err != nil {
+			return c, fmt.Errorf("--storagebucket-shard-lease-duration and --storagebucket-shard-renew-period: %w", err)
+		}
+	}
 	c.kubeconfig = fs.Lookup(ctrlconfig.KubeconfigFlagName).Value.String()
 	return c, nil
 }
@@ -157,6 +164,14 @@ func run(args []string) error {
 	if err := outOfClusterDefaults(&cfg, log); err != nil {
 		return err
 	}
+	clk, offset, err := clockoffset.FromEnv()
+	if err != nil {
+		return err
+	}
+	if offset != 0 {
+		log.Info("WARNING: this process's clock is shifted for fault-injection testing", "variable", clockoffset.EnvVar, "offset", offset.String())
+	}
+	cfg.storageBucket.Clock = clk
 
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {

@@ -52,7 +52,7 @@ func setupShard(cfg *config, restCfg *rest.Config, log logr.Logger) (func(toolsc
 	o.Shard = &sharding.Member{
 		Leases: cs.CoordinationV1(), Namespace: ns, Ring: storageBucketRing, Identity: identity,
 		LeaseDuration: o.ShardLeaseDuration, RenewPeriod: o.ShardRenewPeriod,
-		Log: log.WithName("shard"),
+		Clock: o.Clock, Log: log.WithName("shard"),
 	}
 	switch o.ServerSideSharding {
 	case "auto", "true", "false":
