@@ -44,14 +44,33 @@ func (b GoBuild) Args() []string {
 	return append(args, "-o", b.Output, b.Package)
 }
 
-// Env returns the environment `go build` runs with: the current one with GOOS, GOARCH,
-// GOARM and CGO_ENABLED set for the target.
+// targetVariables are the go command's variables that change the code it produces
+// for a target. An image runs on any node of its platform, whatever machine built it,
+// so none of them is taken from the caller: a GOAMD64=v3 build machine must not make
+// an image that crashes on older nodes.
+var targetVariables = map[string]bool{
+	"GOOS": true, "GOARCH": true, "CGO_ENABLED": true, "GOFLAGS": true, "GOEXPERIMENT": true,
+	"GOAMD64": true, "GOARM": true, "GOARM64": true, "GO386": true, "GOPPC64": true, "GORISCV64": true,
+	"GOMIPS": true, "GOMIPS64": true, "GOWASM": true,
+}
+
+// Env returns the environment `go build` runs with: the current one without the
+// variables that change the produced code, then GOOS, GOARCH, GOARM and CGO_ENABLED
+// for the target and the baseline instruction set levels (which also override a
+// `go env -w` setting of them).
 func (b GoBuild) Env() []string {
 	cgo := "0"
 	if b.CGO {
 		cgo = "1"
 	}
-	env := append(os.Environ(), "GOOS="+b.Platform.OS, "GOARCH="+b.Platform.Architecture, "CGO_ENABLED="+cgo)
+	var env []string
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); !targetVariables[name] {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "GOOS="+b.Platform.OS, "GOARCH="+b.Platform.Architecture, "CGO_ENABLED="+cgo,
+		"GOAMD64=v1", "GOARM64=v8.0")
 	if b.Platform.Architecture == "arm" && b.Platform.Variant != "" {
 		env = append(env, "GOARM="+strings.TrimPrefix(b.Platform.Variant, "v"))
 	}

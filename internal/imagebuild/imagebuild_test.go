@@ -466,6 +466,32 @@ func TestGoBuildCrossCompilesAStaticReproducibleBinary(t *testing.T) {
 	}
 }
 
+// An image runs on every node of its platform, so the build machine's own settings of
+// the produced code never reach the go command.
+func TestGoBuildIgnoresTheCallersCodeGenerationSettings(t *testing.T) {
+	t.Setenv("GOAMD64", "v3")
+	t.Setenv("GOARM64", "v9.0")
+	t.Setenv("GOFLAGS", "-race")
+	t.Setenv("GOEXPERIMENT", "arenas")
+	t.Setenv("GOPROXY", "https://proxy.example")
+	env := map[string][]string{}
+	for _, kv := range (imagebuild.GoBuild{Platform: amd64}).Env() {
+		name, value, _ := strings.Cut(kv, "=")
+		env[name] = append(env[name], value)
+	}
+	for name, want := range map[string]string{"GOAMD64": "v1", "GOARM64": "v8.0", "GOOS": "linux", "GOARCH": "amd64",
+		"CGO_ENABLED": "0", "GOPROXY": "https://proxy.example"} {
+		if got := env[name]; len(got) != 1 || got[0] != want {
+			t.Errorf("%s = %q, want exactly %q", name, got, want)
+		}
+	}
+	for _, name := range []string{"GOFLAGS", "GOEXPERIMENT"} {
+		if got, ok := env[name]; ok {
+			t.Errorf("%s = %q reaches the build", name, got)
+		}
+	}
+}
+
 // A layer's blob is gzip and decompresses to the stream whose digest is its diff ID.
 func TestLayerBlobIsGzipOfItsDiff(t *testing.T) {
 	l, err := imagebuild.Layer([]imagebuild.Entry{imagebuild.File("/a", []byte("a"), 0o644)})
