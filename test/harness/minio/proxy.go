@@ -28,6 +28,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	rule    func(*http.Request) *S3Error
 	observe func(*http.Request)
+	record  func(Exchange)
 	// requests counts the requests the proxy saw, forwarded or failed.
 	requests atomic.Int64
 }
@@ -62,20 +63,28 @@ func (s *Server) StartProxy() (*Proxy, error) {
 	p.server = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.requests.Add(1)
 		p.mu.Lock()
-		rule, observe := p.rule, p.observe
+		rule, observe, record := p.rule, p.observe, p.record
 		p.mu.Unlock()
 		if observe != nil {
 			observe(r)
 		}
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
+		if record != nil {
+			defer func() {
+				record(Exchange{Remote: r.RemoteAddr, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
+					Start: start, End: time.Now(), Status: rec.status})
+			}()
+		}
 		if rule != nil {
 			if e := rule(r); e != nil {
-				w.Header().Set("Content-Type", "application/xml")
-				w.WriteHeader(e.Status)
-				_, _ = fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>refused by the test proxy</Message></Error>`, e.Code)
+				rec.Header().Set("Content-Type", "application/xml")
+				rec.WriteHeader(e.Status)
+				_, _ = fmt.Fprintf(rec, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>refused by the test proxy</Message></Error>`, e.Code)
 				return
 			}
 		}
-		forward.ServeHTTP(w, r)
+		forward.ServeHTTP(rec, r)
 	})}
 	go func() {
 		defer close(p.done)
@@ -109,6 +118,36 @@ func (p *Proxy) Observe(fn func(*http.Request)) {
 	defer p.mu.Unlock()
 	p.observe = fn
 }
+
+// Exchange is one request the proxy served and its answer.
+type Exchange struct {
+	// Remote is the client's host:port.
+	Remote      string
+	Method      string
+	Path, Query string
+	Start, End  time.Time
+	Status      int
+}
+
+// Record calls fn with every exchange once it is answered.
+func (p *Proxy) Record(fn func(Exchange)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.record = fn
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the connection (the reverse proxy flushes).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // Requests returns how many requests the proxy saw.
 func (p *Proxy) Requests() int64 { return p.requests.Load() }

@@ -4,13 +4,17 @@
 package process
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -216,4 +220,75 @@ func HTTPOK(hc *http.Client, url, token string) error {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return nil
+}
+
+// SocketOwner returns which of pids holds the TCP socket whose local address is local
+// and whose peer is remote (as seen from that socket), or 0 when none does: a server a
+// test runs learns which child process a connection came from by its peer address.
+// It reads /proc/net/tcp{,6} for the socket's inode and /proc/<pid>/fd for its holder.
+func SocketOwner(local, remote netip.AddrPort, pids []int) (int, error) {
+	inode, err := socketInode(local, remote)
+	if err != nil || inode == "" {
+		return 0, err
+	}
+	want := "socket:[" + inode + "]"
+	for _, pid := range pids {
+		dir := fmt.Sprintf("/proc/%d/fd", pid)
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		for _, fd := range fds {
+			if target, err := os.Readlink(dir + "/" + fd.Name()); err == nil && target == want {
+				return pid, nil
+			}
+		}
+	}
+	return 0, nil
+}
+
+// socketInode finds the inode of the TCP socket local→remote in /proc/net.
+func socketInode(local, remote netip.AddrPort) (string, error) {
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(table)
+		if err != nil {
+			return "", err
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 {
+				continue
+			}
+			l, lerr := parseProcAddr(f[1])
+			r, rerr := parseProcAddr(f[2])
+			if lerr == nil && rerr == nil && l == local && r == remote {
+				return f[9], nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// parseProcAddr reads "0100007F:1F90" (IPv4, or 32 hex digits for IPv6, each 32-bit
+// word in host byte order) as written in /proc/net/tcp{,6}; IPv4-mapped IPv6
+// addresses come back as IPv4.
+func parseProcAddr(s string) (netip.AddrPort, error) {
+	hexAddr, hexPort, ok := strings.Cut(s, ":")
+	if !ok {
+		return netip.AddrPort{}, fmt.Errorf("no port in %q", s)
+	}
+	raw, err := hex.DecodeString(hexAddr)
+	if err != nil || (len(raw) != 4 && len(raw) != 16) {
+		return netip.AddrPort{}, fmt.Errorf("bad address %q", s)
+	}
+	port, err := strconv.ParseUint(hexPort, 16, 16)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("bad port %q", s)
+	}
+	for i := 0; i+4 <= len(raw); i += 4 {
+		v := binary.NativeEndian.Uint32(raw[i:])
+		binary.BigEndian.PutUint32(raw[i:], v)
+	}
+	addr, _ := netip.AddrFromSlice(raw)
+	return netip.AddrPortFrom(addr.Unmap(), uint16(port)), nil
 }
