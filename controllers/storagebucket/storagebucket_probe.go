@@ -115,11 +115,17 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 		if res = r.run(ctx, sb, st, target, cause); res.Failure == nil {
 			res.Failure = in.failure
 		}
+		if stopped(ctx) {
+			return r.stopPass(ctx, sb, "the pass was stopped", now)
+		}
 	default:
 		if managed {
 			check.manage, check.manageChecked = r.manage(ctx, sb, in, st, timeout), true
 			if check.manage.fenced != nil {
-				return r.stopFenced(ctx, sb, check.manage.fenced, now)
+				return r.stopPass(ctx, sb, check.manage.fenced.Error(), now)
+			}
+			if stopped(ctx) {
+				return r.stopPass(ctx, sb, "the pass was stopped", now)
 			}
 			if !check.manage.owned && target.Depth == s3probe.DepthReadWrite {
 				// Never write a canary into a bucket that is not ours.
@@ -128,6 +134,9 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 		}
 		if target.Depth == s3probe.DepthReadWrite {
 			target.Depth, check.readOnly = r.canaryDepth(ctx, sb, in, st, timeout)
+			if stopped(ctx) {
+				return r.stopPass(ctx, sb, "the pass was stopped", now)
+			}
 		}
 		check.depth = target.Depth
 		if check.manage != nil && check.manage.recordCreate {
@@ -137,14 +146,20 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 			break
 		}
 		res = r.run(ctx, sb, st, target, cause)
+		if stopped(ctx) {
+			return r.stopPass(ctx, sb, "the pass was stopped", now)
+		}
 		if managed && st.ownedFor != "" && res.Failure != nil && res.Failure.Reason == taxonomy.ReasonNoSuchBucket {
 			// The bucket went away since ownership was confirmed: create it again.
 			st.ownedFor = ""
 			check.manage = r.manage(ctx, sb, in, st, timeout)
 			if check.manage.fenced != nil {
-				return r.stopFenced(ctx, sb, check.manage.fenced, now)
+				return r.stopPass(ctx, sb, check.manage.fenced.Error(), now)
 			}
 			res = r.run(ctx, sb, st, target, cause)
+			if stopped(ctx) {
+				return r.stopPass(ctx, sb, "the pass was stopped", now)
+			}
 		}
 	}
 	check.failure = res.Failure
@@ -156,20 +171,30 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 	return st
 }
 
-// stopFenced ends a pass the fence stopped: nothing is recorded or written, and the
-// bucket stays on its schedule (if the StorageBucket is gone, its deletion event
-// forgets it).
-func (r *Reconciler) stopFenced(ctx context.Context, sb *phalanksv1beta1.StorageBucket, why error, now time.Time) *bucketState {
-	logf.FromContext(ctx).V(1).Info("pass stopped before changing the bucket", "reason", why.Error())
+// stopPass ends a pass that must not report: the fence stopped it before it changed
+// the bucket (this replica must not act for the StorageBucket), or the pass itself was
+// stopped (its shard slot was given up, or the process is shutting down), which makes
+// whatever the probe found meaningless. Nothing is recorded or written, and the bucket
+// stays on its schedule (a StorageBucket that is gone is forgotten with its deletion
+// event; a slot given up, by the handover).
+func (r *Reconciler) stopPass(ctx context.Context, sb *phalanksv1beta1.StorageBucket, why string, now time.Time) *bucketState {
+	logf.FromContext(ctx).V(1).Info("pass stopped without a result", "reason", why)
 	r.sched.Schedule(refOf(sb), nextDue(sb.UID, sb.Spec.HealthCheck.IntervalDuration(), now))
 	return nil
 }
+
+// stopped reports whether a pass's context was canceled from outside (its slot given
+// up, the ownership lapsed, shutdown), rather than having reached its own budget.
+func stopped(ctx context.Context) bool { return errors.Is(ctx.Err(), context.Canceled) }
 
 // run probes the target and reports the result to the endpoint's circuit breaker,
 // re-checking at once the other buckets of an endpoint that answers again.
 func (r *Reconciler) run(ctx context.Context, sb *phalanksv1beta1.StorageBucket, st *bucketState, target s3probe.Target, cause probeCause) s3probe.Result {
 	probesTotal.WithLabelValues(string(cause)).Inc()
 	res := r.prober.Probe(ctx, target)
+	if stopped(ctx) {
+		return res // not the endpoint's doing: the breaker hears nothing of it
+	}
 	if res.Failure != nil && res.Failure.Reason == taxonomy.ReasonObjectLockEnabled && target.Depth == s3probe.DepthReadWrite {
 		// Object lock kept the canary (enabled after the check, or undetectable): no
 		// canary again for this bucket.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -34,6 +36,7 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
+	"github.com/phalanks/phalanks-operator/test/harness/tcpproxy"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
@@ -53,6 +56,12 @@ var _ = BeforeSuite(func() {
 	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
 	root, err := tools.RepoRoot()
 	Expect(err).NotTo(HaveOccurred())
+	// PHALANKS_E2E_MANAGER_BIN runs the specs against another build of the manager
+	// (to watch a spec fail on a release without a fix).
+	if bin := os.Getenv("PHALANKS_E2E_MANAGER_BIN"); bin != "" {
+		managerBin = bin
+		return
+	}
 	managerBin = filepath.Join(GinkgoT().TempDir(), "manager")
 	build := exec.Command("go", "build", "-o", managerBin, ".")
 	build.Dir = root
@@ -64,11 +73,29 @@ var _ = BeforeSuite(func() {
 type manager struct {
 	proc    *process.Process
 	metrics string
+	// api is the TCP proxy between the manager and the API server, when it has one.
+	api *tcpproxy.Proxy
 }
 
 // startManager runs the manager binary with a kubeconfig, plain-HTTP metrics on a free
 // port, debug logs, and extra flags.
 func startManager(name, kubeconfig string, extra ...string) *manager {
+	GinkgoHelper()
+	return startManagerWith(managerSpec{name: name, kubeconfig: kubeconfig, flags: extra})
+}
+
+// managerSpec is how to run one manager process.
+type managerSpec struct {
+	name, kubeconfig string
+	flags            []string
+	// env is added to the process's environment (e.g. a clock offset).
+	env []string
+	// viaProxy puts a TCP proxy between the manager and the API server, to stall or
+	// drop its connection from outside.
+	viaProxy bool
+}
+
+func startManagerWith(spec managerSpec) *manager {
 	GinkgoHelper()
 	dir := GinkgoT().TempDir()
 	_, err := certs.WriteServing(dir, "127.0.0.1")
@@ -79,8 +106,12 @@ func startManager(name, kubeconfig string, extra ...string) *manager {
 		Expect(err).NotTo(HaveOccurred())
 	}
 	m := &manager{metrics: "http://" + process.HostPort(ports[1]) + "/metrics"}
+	kubeconfig := spec.kubeconfig
+	if spec.viaProxy {
+		kubeconfig, m.api = proxiedKubeconfig(kubeconfig)
+	}
 	m.proc = &process.Process{
-		Name: name,
+		Name: spec.name,
 		Path: managerBin,
 		Args: append([]string{
 			"--kubeconfig", kubeconfig,
@@ -90,16 +121,64 @@ func startManager(name, kubeconfig string, extra ...string) *manager {
 			"--zap-log-level=debug",
 			// MinIO listens on 127.0.0.1, which the endpoint policy denies by default.
 			"--storagebucket-endpoint-allow-cidrs=127.0.0.1/32",
-		}, extra...),
-		LogPath: filepath.Join(dir, name+".log"),
+		}, spec.flags...),
+		Env:     spec.env,
+		LogPath: filepath.Join(dir, spec.name+".log"),
 	}
 	Expect(m.proc.Start()).To(Succeed())
-	DeferCleanup(func() { _ = m.proc.Stop(10 * time.Second) })
+	DeferCleanup(func() {
+		_ = m.proc.Stop(10 * time.Second)
+		keepLogIfFailed(m.proc)
+	})
 	Expect(process.WaitFor(m.proc, time.Minute, func() error {
 		_, err := m.scrape()
 		return err
 	})).To(Succeed())
 	return m
+}
+
+// keepLogIfFailed copies a manager's log out of the spec's temporary directory when the
+// spec failed, and says where.
+func keepLogIfFailed(p *process.Process) {
+	if !CurrentSpecReport().Failed() {
+		return
+	}
+	dir := filepath.Join(os.TempDir(), "phalanks-e2e-logs")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return
+	}
+	data, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return
+	}
+	out := filepath.Join(dir, time.Now().Format("150405")+"-"+p.Name+".log")
+	if os.WriteFile(out, data, 0o600) == nil {
+		GinkgoWriter.Printf("the log of %s is kept in %s\n", p.Name, out)
+	}
+}
+
+// proxiedKubeconfig starts a TCP proxy in front of the kubeconfig's API server and
+// returns a kubeconfig that goes through it. The server certificate is for 127.0.0.1,
+// which the proxy's address is too.
+func proxiedKubeconfig(path string) (string, *tcpproxy.Proxy) {
+	GinkgoHelper()
+	cfg, err := clientcmd.LoadFromFile(path)
+	Expect(err).NotTo(HaveOccurred())
+	var proxy *tcpproxy.Proxy
+	for _, cluster := range cfg.Clusters {
+		u, err := url.Parse(cluster.Server)
+		Expect(err).NotTo(HaveOccurred())
+		if proxy == nil {
+			proxy, err = tcpproxy.Start(u.Host)
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(proxy.Close)
+		}
+		u.Host = proxy.Addr
+		cluster.Server = u.String()
+	}
+	out := filepath.Join(GinkgoT().TempDir(), "kubeconfig-via-proxy")
+	Expect(clientcmd.WriteToFile(*cfg, out)).To(Succeed())
+	return out, proxy
 }
 
 // scrape returns the manager's metrics as "name{labels} value" lines.

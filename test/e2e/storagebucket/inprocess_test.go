@@ -1,0 +1,176 @@
+package storagebucket_test
+
+import (
+	"context"
+	"net/url"
+	"runtime"
+	"strings"
+	"time"
+
+	miniogo "github.com/minio/minio-go/v7"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
+	"github.com/phalanks/phalanks-operator/internal/s3bucket"
+	"github.com/phalanks/phalanks-operator/internal/sharding"
+	"github.com/phalanks/phalanks-operator/test/harness/tcpproxy"
+)
+
+// These specs run the controller in the test process, to give its informer cache a
+// connection of its own to the API server (through a TCP proxy the spec stalls) while
+// its live reads and writes go straight there: a replica whose cache fell behind.
+
+// startInProcess runs a manager with the StorageBucket controller whose cache reaches
+// the API server through a TCP proxy, and returns the proxy. shard, when set, makes it
+// a ring member; leaderElection names a leader election Lease it competes for.
+func startInProcess(p *platform, shard *sharding.Member, leaderElection string) (*tcpproxy.Proxy, func()) {
+	GinkgoHelper()
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	u, err := url.Parse(p.env.Config.Host)
+	Expect(err).NotTo(HaveOccurred())
+	proxy, err := tcpproxy.Start(u.Host)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(proxy.Close)
+	viaProxy := rest.CopyConfig(p.env.Config)
+	viaProxy.Host = "https://" + proxy.Addr
+	opts := p.env.ManagerOptions()
+	// Each spec's manager registers the controller again in this process.
+	opts.Controller.SkipNameValidation = new(true)
+	opts.NewCache = func(_ *rest.Config, o cache.Options) (cache.Cache, error) {
+		o.HTTPClient, err = rest.HTTPClientFor(viaProxy)
+		if err != nil {
+			return nil, err
+		}
+		return cache.New(viaProxy, o)
+	}
+	if leaderElection != "" {
+		opts.LeaderElection, opts.LeaderElectionID, opts.LeaderElectionNamespace = true, leaderElection, "phalanks-system"
+	}
+	mgr, err := ctrl.NewManager(p.env.Config, opts)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(storagebucket.SetupWithManager(mgr, storagebucket.Options{Concurrency: 2, Shard: shard,
+		EndpointAllowCIDRs: []string{"127.0.0.1/32"}})).To(Succeed())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+	stop := func() {
+		cancel()
+		<-done
+	}
+	DeferCleanup(stop)
+	return proxy, stop
+}
+
+var _ = Describe("A replica whose cache fell behind the API server", func() {
+	It("never re-creates the bucket of a deleted StorageBucket, nor acts for a re-created one with the old one's identity", func() {
+		ctx := context.Background()
+		p := startPlatform(nil)
+		startManager := func() *tcpproxy.Proxy { proxy, _ := startInProcess(p, nil, ""); return proxy }
+		watch := startManager()
+		x := storageBucket("team", "fenced", "fenced-bucket", p.s3)
+		x.Spec.DeletionPolicy = phalanksv1beta1.DeletionDelete
+		Expect(p.c.Create(ctx, x)).To(Succeed())
+		eventuallyReady(p.c, x, metav1.ConditionTrue, "BucketReady", time.Minute)
+		Expect(bucketExists(p.s3, "fenced-bucket")).To(BeTrue())
+
+		By("stalling the cache's watch; meanwhile the StorageBucket is deleted as another replica would: bucket, then finalizer")
+		watch.Stall()
+		s3c, err := p.s3.Client()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(s3c.RemoveBucket(ctx, "fenced-bucket")).To(Succeed())
+		Expect(p.c.Delete(ctx, x)).To(Succeed())
+		Expect(p.c.Get(ctx, client.ObjectKeyFromObject(x), x)).To(Succeed())
+		controllerutil.RemoveFinalizer(x, phalanksv1beta1.FinalizerBucketDeletion)
+		Expect(p.c.Update(ctx, x)).To(Succeed())
+		eventuallyGone(p.c, x)
+
+		By("its next probes find no bucket; the fence, asking the API server, keeps it from creating one")
+		Consistently(func() bool { return bucketExists(p.s3, "fenced-bucket") }).
+			WithTimeout(2*x.Spec.HealthCheck.IntervalDuration()).WithPolling(200*time.Millisecond).Should(BeFalse(),
+			"the bucket of a deleted StorageBucket was created again")
+
+		By("a new StorageBucket of the same name: the stale replica does not create its bucket under the old UID")
+		again := storageBucket("team", "fenced", "fenced-bucket", p.s3)
+		Expect(p.c.Create(ctx, again)).To(Succeed())
+		Consistently(func() bool { return bucketExists(p.s3, "fenced-bucket") }).
+			WithTimeout(x.Spec.HealthCheck.IntervalDuration() + time.Second).WithPolling(200 * time.Millisecond).Should(BeFalse())
+
+		By("once the cache catches up, the new StorageBucket gets its bucket, tagged with its own UID")
+		watch.Resume()
+		eventuallyReady(p.c, again, metav1.ConditionTrue, "BucketReady", time.Minute)
+		t, err := s3c.GetBucketTagging(ctx, "fenced-bucket")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(t.ToMap()).To(HaveKeyWithValue(s3bucket.TagOwnerUID, string(again.UID)))
+		var leftovers []string
+		for obj := range s3c.ListObjectsIter(ctx, "fenced-bucket", miniogo.ListObjectsOptions{Recursive: true}) {
+			leftovers = append(leftovers, obj.Key)
+		}
+		Expect(leftovers).To(BeEmpty())
+	})
+})
+
+var _ = Describe("A replica that is not the leader", func() {
+	It("leaves no handover work behind when it stops", func() {
+		ctx := context.Background()
+		p := startPlatform(nil)
+		// More StorageBuckets than the handover channel holds (the controller's
+		// concurrency, 2), so a handover that outlives its controller blocks.
+		for _, name := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+			Expect(p.c.Create(ctx, storageBucket("team", "idle-"+name, "idle-"+name, p.s3))).To(Succeed())
+		}
+		// Someone else holds the leader election Lease for the whole spec.
+		holder, duration := "someone-else", int32(3600)
+		now := metav1.NewMicroTime(time.Now())
+		Expect(p.c.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "phalanks-system", Name: "elected"},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &duration, AcquireTime: &now, RenewTime: &now},
+		})).To(Succeed())
+		cs := kubernetes.NewForConfigOrDie(p.env.Config)
+		member := &sharding.Member{Leases: cs.CoordinationV1(), Namespace: "phalanks-system", Ring: "inprocess",
+			Identity: "only", LeaseDuration: 3 * time.Second, RenewPeriod: 500 * time.Millisecond,
+			Log: ctrl.Log.WithName("shard")}
+		_, stop := startInProcess(p, member, "elected")
+		Eventually(func() sharding.Set { s, _ := member.Owned(); return s }).
+			WithTimeout(30 * time.Second).Should(Equal(sharding.All))
+		Eventually(func() int { return storageBucketGoroutines() }).
+			WithTimeout(30*time.Second).Should(BeNumerically(">", 0), "the controller's goroutines never started")
+		stop()
+		Eventually(storageBucketGoroutines).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(BeZero(),
+			"goroutines of the StorageBucket controller outlived its manager:\n%s", storageBucketStacks)
+	})
+})
+
+// storageBucketStacks returns the stacks of the goroutines running the controller's code.
+func storageBucketStacks() string {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "controllers/storagebucket.") && !strings.Contains(g, "storageBucketStacks") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
+}
+
+func storageBucketGoroutines() int {
+	if s := storageBucketStacks(); s != "" {
+		return strings.Count(s, "goroutine ")
+	}
+	return 0
+}

@@ -1,0 +1,177 @@
+package storagebucket_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/test/harness/minio"
+	"github.com/phalanks/phalanks-operator/test/harness/process"
+)
+
+// s3Log records every request the managers send to MinIO, through a proxy in front of
+// it, with the manager process each came from (found through /proc by the client
+// end of its connection). StorageBuckets under test point at the proxy's URL.
+type s3Log struct {
+	proxy *minio.Proxy
+	addr  netip.AddrPort
+
+	mu        sync.Mutex
+	exchanges []s3Exchange
+	// managers names the processes by PID; owners caches which one holds each client
+	// address.
+	managers map[int]string
+	owners   map[string]string
+}
+
+// s3Exchange is one request, the bucket and key it named, and who sent it.
+type s3Exchange struct {
+	minio.Exchange
+	bucket, key, manager string
+}
+
+func startS3Log(s3 *minio.Server) *s3Log {
+	GinkgoHelper()
+	l := &s3Log{proxy: s3.StartProxyForTest(GinkgoT()), managers: map[int]string{}, owners: map[string]string{}}
+	l.addr = netip.MustParseAddrPort(l.proxy.Endpoint)
+	l.proxy.Record(l.record)
+	return l
+}
+
+// URL is where StorageBuckets reach MinIO through the log.
+func (l *s3Log) URL() string { return l.proxy.URL }
+
+// track attributes the connections of a manager process from now on.
+func (l *s3Log) track(m *manager) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.managers[m.proc.PID()] = m.proc.Name
+}
+
+func (l *s3Log) record(e minio.Exchange) {
+	bucket, key, _ := strings.Cut(strings.TrimPrefix(e.Path, "/"), "/")
+	x := s3Exchange{Exchange: e, bucket: bucket, key: key, manager: l.ownerOf(e.Remote)}
+	l.mu.Lock()
+	l.exchanges = append(l.exchanges, x)
+	l.mu.Unlock()
+}
+
+func (l *s3Log) ownerOf(remote string) string {
+	l.mu.Lock()
+	if name, ok := l.owners[remote]; ok {
+		l.mu.Unlock()
+		return name
+	}
+	pids := make([]int, 0, len(l.managers))
+	for pid := range l.managers {
+		pids = append(pids, pid)
+	}
+	l.mu.Unlock()
+	name := "unknown"
+	if addr, err := netip.ParseAddrPort(remote); err == nil {
+		if pid, err := process.SocketOwner(addr, l.addr, pids); err == nil && pid != 0 {
+			l.mu.Lock()
+			name = l.managers[pid]
+			l.owners[remote] = name
+			l.mu.Unlock()
+		}
+	}
+	return name
+}
+
+// snapshot returns the exchanges so far.
+func (l *s3Log) snapshot() []s3Exchange {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]s3Exchange(nil), l.exchanges...)
+}
+
+// activityGap joins one manager's requests for one bucket into one window of activity
+// when they come less than this apart (a ReadWrite probe's put, get and delete).
+const activityGap = 300 * time.Millisecond
+
+type window struct {
+	manager    string
+	start, end time.Time
+}
+
+// overlaps returns, for the first bucket found, two managers' windows of activity on
+// one bucket that overlap in time: two replicas probing or managing one bucket at once.
+func overlaps(exchanges []s3Exchange) error {
+	perBucket := map[string]map[string][]window{}
+	sort.Slice(exchanges, func(i, j int) bool { return exchanges[i].Start.Before(exchanges[j].Start) })
+	for _, x := range exchanges {
+		if x.bucket == "" {
+			continue
+		}
+		byManager := perBucket[x.bucket]
+		if byManager == nil {
+			byManager = map[string][]window{}
+			perBucket[x.bucket] = byManager
+		}
+		ws := byManager[x.manager]
+		if n := len(ws); n > 0 && x.Start.Sub(ws[n-1].end) < activityGap {
+			ws[n-1].end = maxTime(ws[n-1].end, x.End)
+		} else {
+			ws = append(ws, window{manager: x.manager, start: x.Start, end: x.End})
+		}
+		byManager[x.manager] = ws
+	}
+	for bucket, byManager := range perBucket {
+		var all []window
+		for _, ws := range byManager {
+			all = append(all, ws...)
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i].start.Before(all[j].start) })
+		var active []window // windows not ended when the current one starts
+		for _, b := range all {
+			kept := active[:0]
+			for _, a := range active {
+				if a.end.After(b.start) {
+					kept = append(kept, a)
+				}
+			}
+			active = kept
+			for _, a := range active {
+				if a.manager != b.manager {
+					return fmt.Errorf("bucket %s: %s worked on it %s–%s while %s did %s–%s", bucket,
+						a.manager, a.start.Format("15:04:05.000"), a.end.Format("15:04:05.000"),
+						b.manager, b.start.Format("15:04:05.000"), b.end.Format("15:04:05.000"))
+				}
+			}
+			active = append(active, b)
+		}
+	}
+	return nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// isProbe reports whether an exchange is the probe request of its depth: the
+// HeadBucket of a HeadBucket probe, the canary put of a ReadWrite probe.
+func (x s3Exchange) isProbe() bool {
+	switch {
+	case x.Method == http.MethodHead && x.key == "":
+		return true
+	case x.Method == http.MethodPut && strings.HasPrefix(x.key, phalanksv1beta1.CanaryPrefix):
+		return true
+	}
+	return false
+}
+
+// deletedBucket reports whether an exchange deleted a bucket.
+func (x s3Exchange) deletedBucket() bool {
+	return x.Method == http.MethodDelete && x.key == "" && x.Query == "" && x.Status/100 == 2
+}
