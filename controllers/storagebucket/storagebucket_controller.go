@@ -45,6 +45,9 @@ type Options struct {
 	// EndpointAllowCIDRs and EndpointDenyCIDRs add to the endpoint policy's built-in
 	// rules (see s3probe.Policy).
 	EndpointAllowCIDRs, EndpointDenyCIDRs []string
+	// EndpointAllowUnresolvableViaProxy trusts the egress proxy's resolution of an
+	// endpoint name that does not resolve where the operator runs.
+	EndpointAllowUnresolvableViaProxy bool
 	// NamespaceDeletionTimeout is how long a StorageBucket in a namespace being deleted
 	// waits for its bucket to be deleted before it lets go and keeps the bucket.
 	NamespaceDeletionTimeout time.Duration
@@ -95,6 +98,10 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"Comma-separated CIDR prefixes StorageBucket endpoints may not connect to, besides the built-in ones (loopback, "+
 			"link-local, cloud metadata, unspecified, multicast), e.g. the cluster's Pod and Service ranges.",
 		appendCIDRs(&o.EndpointDenyCIDRs))
+	fs.BoolVar(&o.EndpointAllowUnresolvableViaProxy, "storagebucket-endpoint-allow-unresolvable-via-proxy", false,
+		"With an egress proxy (HTTPS_PROXY, HTTP_PROXY), allow StorageBucket endpoints whose names do not resolve where the "+
+			"operator runs, trusting the proxy's resolution and its egress policy. Off, such a name is denied: the operator "+
+			"cannot check where it leads.")
 	fs.DurationVar(&o.NamespaceDeletionTimeout, "storagebucket-namespace-deletion-timeout", defaultNamespaceDeletionTimeout,
 		"How long a StorageBucket with deletionPolicy Delete in a namespace being deleted waits for its bucket to be "+
 			"deleted; then it lets go, keeping the bucket, so the namespace deletion completes.")
@@ -198,7 +205,8 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool := &s3probe.Pool{MaxIdleConnsPerHost: o.Concurrency, Clock: o.Clock, Policy: policy, Resolver: o.Resolver, Proxy: o.Proxy}
+	pool := &s3probe.Pool{MaxIdleConnsPerHost: o.Concurrency, Clock: o.Clock, Policy: policy, Resolver: o.Resolver, Proxy: o.Proxy,
+		UnresolvableViaProxy: o.EndpointAllowUnresolvableViaProxy}
 	secrets, err := newSecretInformer(mgr)
 	if err != nil {
 		return nil, err

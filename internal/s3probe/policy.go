@@ -124,20 +124,30 @@ func (e *DeniedError) Error() string {
 	return "the operator's endpoint policy denies connections to this address (" + e.Why + ")"
 }
 
-// dialer dials only addresses the policy allows, except the proxies the transport was
-// told to use: those are the administrator's choice, not a StorageBucket author's.
+// dialer dials only addresses the policy allows. The one exception is the egress proxy
+// a request is sent through: the administrator configured it, a StorageBucket author
+// did not. Each transport has a dialer of its own, which learns from its proxy function
+// which addresses its requests are sent to a proxy at; an address that one of its
+// requests also reaches directly (an endpoint pointed at the proxy itself) is checked.
 type dialer struct {
 	policy   *Policy
 	resolver *net.Resolver
 	proxy    func(*http.Request) (*url.URL, error)
+	// unresolvedViaProxy allows a proxied endpoint whose name does not resolve here.
+	unresolvedViaProxy bool
 
-	// proxies holds the host:port of every proxy the proxy function returned.
-	proxies sync.Map
+	mu sync.Mutex
+	// proxies and direct hold the host:port this transport's requests were sent to a
+	// proxy at, and those they were sent to directly.
+	proxies, direct map[string]bool
 }
 
 func (d *dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	nd := &net.Dialer{KeepAlive: defaultKeepAlive, Resolver: d.resolver}
-	if _, isProxy := d.proxies.Load(address); !isProxy {
+	d.mu.Lock()
+	toProxy := d.proxies[address] && !d.direct[address]
+	d.mu.Unlock()
+	if !toProxy {
 		nd.ControlContext = func(_ context.Context, _, address string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)
 			if err != nil {
@@ -165,32 +175,59 @@ func notAllowed(target string, denied *DeniedError) *taxonomy.Failure {
 			"the operator's administrator can allow it with --storagebucket-endpoint-allow-cidrs", target, denied.Why)
 }
 
-// proxyFor is the transport's Proxy function. For a request that goes through a proxy the
-// dialer connects to the proxy, not to the endpoint, so the endpoint is checked here:
-// an IP address is checked as it is; a name is checked when it resolves here (the proxy
-// resolves it again, by its own rules, which its administrator controls).
+// proxyFor is the transport's Proxy function. A request that goes through a proxy is
+// dialled to the proxy, not to the endpoint, so the endpoint is checked here, before
+// the request leaves: an IP address as it is; a name must resolve here, and every
+// address it resolves to must be allowed. A name that does not resolve here is denied
+// (unless the administrator trusts the proxy's resolution): the proxy would resolve it
+// by its own rules, and a name only the proxy knows could lead anywhere the proxy
+// reaches. The proxy resolves the name again when it connects; its own egress policy
+// is what stands between that second answer and the proxy's network.
 func (d *dialer) proxyFor(req *http.Request) (*url.URL, error) {
 	u, err := d.proxy(req)
-	if err != nil || u == nil {
-		return u, err
+	if err != nil {
+		return nil, err
+	}
+	if u == nil {
+		d.note(&d.direct, canonicalAddr(req.URL))
+		return nil, nil
 	}
 	host := req.URL.Hostname()
 	if addr, perr := netip.ParseAddr(host); perr == nil {
 		if err := d.policy.Check(addr); err != nil {
 			return nil, notAllowed(req.URL.Host, err)
 		}
-	} else if addrs, lerr := d.resolver.LookupNetIP(req.Context(), "ip", host); lerr == nil {
-		for _, a := range addrs {
-			if err := d.policy.Check(a); err != nil {
-				return nil, notAllowed(req.URL.Host, err)
+	} else {
+		addrs, lerr := d.resolver.LookupNetIP(req.Context(), "ip", host)
+		switch {
+		case lerr != nil && !d.unresolvedViaProxy:
+			return nil, taxonomy.NewFailure(taxonomy.ReasonEndpointNotAllowed, lerr,
+				"the endpoint %s goes through an egress proxy, and its name does not resolve where the operator runs, so the "+
+					"operator's endpoint policy cannot check where it leads; make the name resolvable in the operator's pod, or "+
+					"let the operator's administrator trust the proxy's resolution with "+
+					"--storagebucket-endpoint-allow-unresolvable-via-proxy", req.URL.Host)
+		case lerr == nil:
+			for _, a := range addrs {
+				if err := d.policy.Check(a); err != nil {
+					return nil, notAllowed(req.URL.Host, err)
+				}
 			}
 		}
 	}
-	d.proxies.Store(canonicalAddr(u), struct{}{})
+	d.note(&d.proxies, canonicalAddr(u))
 	return u, nil
 }
 
-// canonicalAddr is the host:port the transport dials for a proxy URL.
+func (d *dialer) note(set *map[string]bool, addr string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if *set == nil {
+		*set = map[string]bool{}
+	}
+	(*set)[addr] = true
+}
+
+// canonicalAddr is the host:port the transport dials for a URL.
 func canonicalAddr(u *url.URL) string {
 	port := u.Port()
 	if port == "" {

@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/phalanks/phalanks-operator/internal/s3probe"
 	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 	"github.com/phalanks/phalanks-operator/test/harness/dns"
+	"github.com/phalanks/phalanks-operator/test/harness/fwdproxy"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 )
 
@@ -164,35 +164,15 @@ func TestPolicyIsEnforcedOnTheDialledAddress(t *testing.T) {
 	}
 }
 
-// forwardProxy is an HTTP proxy for plain-HTTP requests that knows names the test's
-// resolver does not: hosts maps a requested host:port to the address it forwards to.
-func forwardProxy(t *testing.T, hosts map[string]string) (*url.URL, *atomic.Int64) {
-	t.Helper()
-	var requests atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
-		target, ok := hosts[r.URL.Host]
-		if !ok || r.Method == http.MethodConnect {
-			http.Error(w, "unknown host", http.StatusBadGateway)
-			return
-		}
-		rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", target
-			pr.Out.Host = r.Host // the requests are signed for the name the client used
-		}}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	u, err := url.Parse(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u, &requests
-}
-
 func nxdomain(t *testing.T) *net.Resolver {
 	t.Helper()
-	server, err := dns.Start(func(string) []netip.Addr { return nil })
+	return resolver(t, map[string][]netip.Addr{})
+}
+
+// resolver answers from names, and NXDOMAIN for every other name.
+func resolver(t *testing.T, names map[string][]netip.Addr) *net.Resolver {
+	t.Helper()
+	server, err := dns.Start(func(name string) []netip.Addr { return names[name] })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,37 +180,115 @@ func nxdomain(t *testing.T) *net.Resolver {
 	return server.Resolver()
 }
 
-// TestConnectDepthAgreesWithS3RequestsBehindAProxy reaches MinIO under a name only the
-// egress proxy can resolve: every depth, Connect included, goes through the proxy.
-func TestConnectDepthAgreesWithS3RequestsBehindAProxy(t *testing.T) {
+// testNet is an address of TEST-NET-1: allowed by the policy, routed nowhere. Names
+// that resolve to it here reach MinIO only through the proxy.
+var testNet = netip.MustParseAddr("192.0.2.10")
+
+func proxiedMinIO(t *testing.T) (*minio.Server, string, *fwdproxy.Proxy) {
+	t.Helper()
 	s3 := minio.StartForTest(t, minio.Options{})
 	if err := s3.MakeBucket(t.Context(), "proxied", miniogo.MakeBucketOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	_, port, _ := net.SplitHostPort(s3.Endpoint)
 	name := "minio.behind-proxy.test:" + port
-	proxy, requests := forwardProxy(t, map[string]string{name: s3.Endpoint})
+	return s3, name, fwdproxy.StartForTest(t, map[string]string{name: s3.Endpoint})
+}
 
+func proxiedTarget(s3 *minio.Server, host string, depth s3probe.Depth) s3probe.Target {
+	return s3probe.Target{
+		Endpoint: s3probe.Endpoint{URL: "http://" + host, Region: s3.Region,
+			Credentials: &s3probe.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey}},
+		Bucket: "proxied", Depth: depth, Timeout: 5 * time.Second, CanaryKey: ".phalanks-probe/test"}
+}
+
+// Behind an egress proxy, every depth (Connect included) goes through the proxy, for
+// an endpoint whose name resolves here to an address the policy allows.
+func TestEveryDepthGoesThroughTheProxy(t *testing.T) {
+	s3, name, proxy := proxiedMinIO(t)
+	names := map[string][]netip.Addr{"minio.behind-proxy.test": {testNet}}
 	// The built-in policy: the proxy on loopback is the administrator's, and allowed.
-	p := &s3probe.Prober{Pool: &s3probe.Pool{Proxy: http.ProxyURL(proxy), Resolver: nxdomain(t)}}
-	for _, depth := range []s3probe.Depth{s3probe.DepthConnect, s3probe.DepthHeadBucket} {
-		before := requests.Load()
-		res := p.Probe(t.Context(), s3probe.Target{
-			Endpoint: s3probe.Endpoint{URL: "http://" + name, Region: s3.Region,
-				Credentials: &s3probe.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey}},
-			Bucket: "proxied", Depth: depth, Timeout: 5 * time.Second})
-		if res.Failure != nil {
+	p := &s3probe.Prober{Pool: &s3probe.Pool{Proxy: http.ProxyURL(proxy.URL), Resolver: resolver(t, names)}}
+	for _, depth := range []s3probe.Depth{s3probe.DepthConnect, s3probe.DepthHeadBucket, s3probe.DepthReadWrite} {
+		before := proxy.Requests()
+		if res := p.Probe(t.Context(), proxiedTarget(s3, name, depth)); res.Failure != nil {
 			t.Errorf("%s: %v (cause %v)", depth, res.Failure, res.Failure.Unwrap())
 		}
-		if requests.Load() == before {
+		if proxy.Requests() == before {
 			t.Errorf("%s did not go through the proxy", depth)
 		}
 	}
 }
 
+// A name that does not resolve where the operator runs cannot be checked: through a
+// proxy, which would resolve it by its own rules (a proxy-only name, DNS rebinding to
+// the proxy host's metadata service or network), it is denied and the proxy is never
+// asked, unless the administrator trusts the proxy's resolution.
+func TestAProxiedNameThatDoesNotResolveHereIsDenied(t *testing.T) {
+	s3, name, proxy := proxiedMinIO(t)
+	p := &s3probe.Prober{Pool: &s3probe.Pool{Proxy: http.ProxyURL(proxy.URL), Resolver: nxdomain(t)}}
+	for _, depth := range []s3probe.Depth{s3probe.DepthConnect, s3probe.DepthHeadBucket} {
+		res := p.Probe(t.Context(), proxiedTarget(s3, name, depth))
+		if res.Failure == nil || res.Failure.Reason != taxonomy.ReasonEndpointNotAllowed {
+			t.Errorf("%s: got %v, want EndpointNotAllowed", depth, res.Failure)
+		} else if !strings.Contains(res.Failure.Message, "--storagebucket-endpoint-allow-unresolvable-via-proxy") {
+			t.Errorf("%s: message %q does not name the flag", depth, res.Failure.Message)
+		}
+	}
+	if n := proxy.Requests(); n != 0 {
+		t.Errorf("the proxy was asked %d times for a name that cannot be checked", n)
+	}
+
+	trusting := &s3probe.Prober{Pool: &s3probe.Pool{Proxy: http.ProxyURL(proxy.URL), Resolver: nxdomain(t), UnresolvableViaProxy: true}}
+	if res := trusting.Probe(t.Context(), proxiedTarget(s3, name, s3probe.DepthHeadBucket)); res.Failure != nil {
+		t.Errorf("trusting the proxy's resolution: %v", res.Failure)
+	}
+}
+
+// Every address a proxied name resolves to must be allowed: one denied address among
+// allowed ones denies the name.
+func TestAProxiedNameWithOneDeniedAddressIsDenied(t *testing.T) {
+	s3, name, proxy := proxiedMinIO(t)
+	names := map[string][]netip.Addr{"minio.behind-proxy.test": {testNet, netip.MustParseAddr("169.254.169.254")}}
+	p := &s3probe.Prober{Pool: &s3probe.Pool{Proxy: http.ProxyURL(proxy.URL), Resolver: resolver(t, names)}}
+	res := p.Probe(t.Context(), proxiedTarget(s3, name, s3probe.DepthHeadBucket))
+	if res.Failure == nil || res.Failure.Reason != taxonomy.ReasonEndpointNotAllowed {
+		t.Errorf("got %v, want EndpointNotAllowed", res.Failure)
+	}
+	if n := proxy.Requests(); n != 0 {
+		t.Errorf("the proxy was asked %d times", n)
+	}
+}
+
+// The policy spares the proxy only as the proxy of a request: an endpoint that points
+// at the proxy's own address and is reached directly (NO_PROXY) is checked like any
+// other, even after the proxy served other endpoints.
+func TestAnEndpointAtTheProxysAddressIsChecked(t *testing.T) {
+	s3, name, proxy := proxiedMinIO(t)
+	names := map[string][]netip.Addr{"minio.behind-proxy.test": {testNet}}
+	viaProxyFor := func(req *http.Request) (*url.URL, error) {
+		if req.URL.Host == name {
+			return proxy.URL, nil
+		}
+		return nil, nil // NO_PROXY for everything else
+	}
+	p := &s3probe.Prober{Pool: &s3probe.Pool{Proxy: viaProxyFor, Resolver: resolver(t, names)}}
+	if res := p.Probe(t.Context(), proxiedTarget(s3, name, s3probe.DepthHeadBucket)); res.Failure != nil {
+		t.Fatalf("through the proxy: %v", res.Failure)
+	}
+	before := proxy.Requests()
+	res := p.Probe(t.Context(), proxiedTarget(s3, proxy.URL.Host, s3probe.DepthConnect))
+	if res.Failure == nil || res.Failure.Reason != taxonomy.ReasonEndpointNotAllowed {
+		t.Errorf("the proxy's own address as an endpoint: got %v, want EndpointNotAllowed", res.Failure)
+	}
+	if n := proxy.Requests() - before; n != 0 {
+		t.Errorf("the proxy's address was reached directly %d times", n)
+	}
+}
+
 func TestPolicyChecksTheEndpointOfAProxiedRequest(t *testing.T) {
-	proxy, requests := forwardProxy(t, map[string]string{})
-	p := &s3probe.Prober{Pool: &s3probe.Pool{Proxy: http.ProxyURL(proxy), Resolver: nxdomain(t)}}
+	proxy := fwdproxy.StartForTest(t, map[string]string{})
+	p := &s3probe.Prober{Pool: &s3probe.Pool{Proxy: http.ProxyURL(proxy.URL), Resolver: nxdomain(t)}}
 	for _, endpoint := range []string{"http://169.254.169.254", "http://[::1]:" + strconv.Itoa(80)} {
 		res := p.Probe(t.Context(), s3probe.Target{Endpoint: s3probe.Endpoint{URL: endpoint}, Bucket: "any-bucket",
 			Depth: s3probe.DepthConnect, Timeout: 5 * time.Second})
@@ -238,7 +296,7 @@ func TestPolicyChecksTheEndpointOfAProxiedRequest(t *testing.T) {
 			t.Errorf("%s: got %v, want EndpointNotAllowed", endpoint, res.Failure)
 		}
 	}
-	if n := requests.Load(); n != 0 {
+	if n := proxy.Requests(); n != 0 {
 		t.Errorf("the proxy was asked %d times for a denied endpoint", n)
 	}
 }

@@ -95,9 +95,10 @@ type Pool struct {
 	Proxy func(*http.Request) (*url.URL, error)
 	// Resolver resolves endpoint host names; nil means net.DefaultResolver.
 	Resolver *net.Resolver
+	// UnresolvableViaProxy allows an endpoint that goes through a proxy although its
+	// name does not resolve here (the proxy's resolution is trusted).
+	UnresolvableViaProxy bool
 
-	once       sync.Once
-	dialer     *dialer
 	mu         sync.Mutex
 	transports map[transportKey]*transportEntry
 	lastSweep  time.Time
@@ -203,27 +204,24 @@ func (p *Pool) clock() clock.PassiveClock {
 // defaultKeepAlive is the TCP keep-alive period of endpoint connections.
 const defaultKeepAlive = 30 * time.Second
 
-// policyDialer returns the dialer every transport of the pool shares.
-func (p *Pool) policyDialer() *dialer {
-	p.once.Do(func() {
-		d := &dialer{policy: p.Policy, resolver: p.Resolver, proxy: p.Proxy}
-		if d.policy == nil {
-			d.policy = DefaultPolicy()
-		}
-		if d.resolver == nil {
-			d.resolver = net.DefaultResolver
-		}
-		if d.proxy == nil {
-			d.proxy = http.ProxyFromEnvironment
-		}
-		p.dialer = d
-	})
-	return p.dialer
+// newDialer returns a dialer for one transport.
+func (p *Pool) newDialer() *dialer {
+	d := &dialer{policy: p.Policy, resolver: p.Resolver, proxy: p.Proxy, unresolvedViaProxy: p.UnresolvableViaProxy}
+	if d.policy == nil {
+		d.policy = DefaultPolicy()
+	}
+	if d.resolver == nil {
+		d.resolver = net.DefaultResolver
+	}
+	if d.proxy == nil {
+		d.proxy = http.ProxyFromEnvironment
+	}
+	return d
 }
 
 func (p *Pool) newTransport(u *url.URL, secure bool, caBundle []byte) (*transportEntry, error) {
 	te := &transportEntry{clients: map[clientKey]*clientEntry{}}
-	d := p.policyDialer()
+	d := p.newDialer()
 	rt := &http.Transport{
 		Proxy:                 d.proxyFor,
 		DialContext:           d.DialContext,
