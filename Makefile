@@ -113,6 +113,15 @@ test: tools-for-test verify vet lint docker-build ## Run verify, vet, lint, then
 	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) ./...
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(GO_TEST_FLAGS) ./...
 
+# The StorageBucket chaos suite (test/e2e/storagebucket/chaos_test.go): make test runs
+# it for 75 s of faults, this target for CHAOS_DURATION; CHAOS_SEED replays a schedule.
+CHAOS_DURATION ?= 10m
+CHAOS_SEED ?=
+.PHONY: chaos
+chaos: tools-for-chaos ## Run the StorageBucket chaos suite for CHAOS_DURATION (10m): three managers, stalled API connections, skewed clocks, kills, StorageBuckets deleted and re-created.
+	PHALANKS_CHAOS_DURATION=$(CHAOS_DURATION) PHALANKS_CHAOS_SEED=$(CHAOS_SEED) \
+		go test $(GO_TEST_FLAGS) -v ./test/e2e/storagebucket/ -ginkgo.label-filter=chaos -ginkgo.v
+
 .PHONY: test-e2e
 test-e2e: tools-for-test-e2e build ## Run the demo once: every sample must reach its expected state.
 	DEMO_ONESHOT=1 go run ./hack/demo
@@ -258,6 +267,8 @@ TOOLS_undeploy := gen kubectl
 TOOLS_demo := gen kube kubectl kwok minio node containerd cni
 TOOLS_test := gen lint kube kubectl kwok minio node containerd cni
 TOOLS_test-e2e := $(TOOLS_demo)
+# The chaos spec runs an API server and MinIO; its package also holds local-cluster specs.
+TOOLS_chaos := gen kube kwok minio node containerd cni
 TOOLS_test-olm := gen kube kubectl kwok minio olm opm node containerd cni
 TOOLS_bench := kube kwok minio peers
 TOOLS_scorecard := gen kube

@@ -496,10 +496,16 @@ func (m *Member) write(ctx context.Context, claims Set, slots string, now time.T
 				AcquireTime: &renewed, RenewTime: &renewed},
 		}
 		var created *coordinationv1.Lease
-		err := call(func(c context.Context) (err error) { created, err = leases.Create(c, l, metav1.CreateOptions{}); return err })
+		err := call(func(c context.Context) (err error) {
+			created, err = leases.Create(c, l, metav1.CreateOptions{})
+			return err
+		})
 		if apierrors.IsAlreadyExists(err) {
 			// Our own Lease from before a restart (same pod name): take it over.
-			err = call(func(c context.Context) (err error) { created, err = leases.Get(c, l.Name, metav1.GetOptions{}); return err })
+			err = call(func(c context.Context) (err error) {
+				created, err = leases.Get(c, l.Name, metav1.GetOptions{})
+				return err
+			})
 			if err == nil {
 				m.lease = created
 				return m.write(ctx, claims, slots, now)
@@ -520,7 +526,10 @@ func (m *Member) write(ctx context.Context, claims Set, slots string, now time.T
 		l.Annotations[k] = v
 	}
 	var updated *coordinationv1.Lease
-	err := call(func(c context.Context) (err error) { updated, err = leases.Update(c, l, metav1.UpdateOptions{}); return err })
+	err := call(func(c context.Context) (err error) {
+		updated, err = leases.Update(c, l, metav1.UpdateOptions{})
+		return err
+	})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		// A write of ours that timed out and landed after all, or a deleted Lease:
 		// start again from the stored one, or from none.

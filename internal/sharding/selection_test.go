@@ -191,4 +191,3 @@ func createBuckets(t *testing.T, env *envtest.Env, n int) []types.UID {
 	}
 	return uids
 }
-

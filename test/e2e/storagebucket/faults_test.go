@@ -179,7 +179,7 @@ var _ = Describe("A manager whose API connection stalls", func() {
 		// Its ownership ends a lease (less a margin) after its last renewal was sent.
 		time.Sleep(lease)
 		probes := c.probes()
-		Consistently(c.probes).WithTimeout(interval + time.Second).WithPolling(250 * time.Millisecond).Should(Equal(probes),
+		Consistently(c.probes).WithTimeout(interval+time.Second).WithPolling(250*time.Millisecond).Should(Equal(probes),
 			"replica-c kept probing with its API connection stalled")
 
 		By("the others take its buckets over; the user deletes one of them meanwhile")

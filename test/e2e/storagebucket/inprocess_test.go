@@ -151,7 +151,9 @@ var _ = Describe("A replica that is not the leader", func() {
 			WithTimeout(30*time.Second).Should(BeNumerically(">", 0), "the controller's goroutines never started")
 		stop()
 		Eventually(storageBucketGoroutines).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(BeZero(),
-			func() string { return "goroutines of the StorageBucket controller outlived its manager:\n" + storageBucketStacks() })
+			func() string {
+				return "goroutines of the StorageBucket controller outlived its manager:\n" + storageBucketStacks()
+			})
 	})
 })
 

@@ -55,6 +55,19 @@ func (l *s3Log) track(m *manager) {
 	l.managers[m.proc.PID()] = m.proc.Name
 }
 
+// untrack stops attributing to a manager that ended: its client ports may be reused by
+// another process.
+func (l *s3Log) untrack(m *manager) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.managers, m.proc.PID())
+	for remote, name := range l.owners {
+		if name == m.proc.Name {
+			delete(l.owners, remote)
+		}
+	}
+}
+
 func (l *s3Log) record(e minio.Exchange) {
 	bucket, key, _ := strings.Cut(strings.TrimPrefix(e.Path, "/"), "/")
 	x := s3Exchange{Exchange: e, bucket: bucket, key: key, manager: l.ownerOf(e.Remote)}

@@ -152,7 +152,7 @@ func keepLogIfFailed(p *process.Process) {
 		return
 	}
 	out := filepath.Join(dir, time.Now().Format("150405")+"-"+p.Name+".log")
-	if os.WriteFile(out, data, 0o600) == nil {
+	if os.WriteFile(out, data, 0o600) == nil { //nolint:gosec // G703: the name is the spec's process name under our own directory
 		GinkgoWriter.Printf("the log of %s is kept in %s\n", p.Name, out)
 	}
 }

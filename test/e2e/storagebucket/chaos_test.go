@@ -1,0 +1,417 @@
+package storagebucket_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/internal/clockoffset"
+	"github.com/phalanks/phalanks-operator/internal/s3bucket"
+)
+
+// The chaos suite: three managers share ReadWrite and HeadBucket buckets on MinIO
+// while one of them at a time has its API connection stalled for two lease durations,
+// is restarted with its clock 20 s or 10 min off, or is killed (SIGKILL) or stopped
+// (SIGTERM) and started again, and StorageBuckets are deleted and created again under
+// the same names throughout. Every second, and at the end, the invariants hold:
+//
+//   - no bucket exists that no StorageBucket owns (none orphaned);
+//   - no StorageBucket's bucket is deleted while the StorageBucket lives;
+//   - no two replicas work on one bucket at the same instant;
+//   - no Ready flap (no false CanaryMismatch, NoSuchKey or timeout);
+//   - every bucket is probed within the documented bound.
+//
+// `make test` runs it for PHALANKS_CHAOS_DURATION's default (75 s of faults); `make
+// chaos` for 10 minutes. PHALANKS_CHAOS_SEED replays a fault schedule.
+var _ = Describe("Chaos", Label("chaos"), func() {
+	It("keeps every invariant while managers stall, run with skewed clocks, die, and StorageBuckets come and go", func() {
+		duration := 75 * time.Second
+		if v := os.Getenv("PHALANKS_CHAOS_DURATION"); v != "" {
+			var err error
+			duration, err = time.ParseDuration(v)
+			Expect(err).NotTo(HaveOccurred())
+		}
+		seed := uint64(time.Now().UnixNano())
+		if v := os.Getenv("PHALANKS_CHAOS_SEED"); v != "" {
+			var err error
+			seed, err = strconv.ParseUint(v, 10, 64)
+			Expect(err).NotTo(HaveOccurred())
+		}
+		GinkgoWriter.Printf("chaos for %s, seed %d (PHALANKS_CHAOS_SEED replays it)\n", duration, seed)
+		rng := rand.New(rand.NewPCG(seed, 24)) //nolint:gosec // G404: a test schedule, not a secret
+
+		p := startPlatform(nil)
+		ch := &chaos{p: p, s3log: startS3Log(p.s3), rng: rng, lives: map[string][]*incarnation{}}
+		for i := range 8 {
+			ch.create(fmt.Sprintf("rw-%02d", i), phalanksv1beta1.ProbeReadWrite)
+			ch.create(fmt.Sprintf("hb-%02d", i), phalanksv1beta1.ProbeHeadBucket)
+		}
+		for i := range ch.replicas {
+			ch.start(i, 0)
+		}
+		everyReady(p.c, ch.names(), 2*time.Minute)
+		flaps := watchReady(p.c)
+
+		ctx, cancel := context.WithTimeout(context.Background(), duration)
+		defer cancel()
+		checked := make(chan error, 1)
+		go func() { defer GinkgoRecover(); checked <- ch.checkEverySecond(ctx) }()
+		churned := make(chan error, 1)
+		go func() { defer GinkgoRecover(); churned <- ch.churn(ctx) }()
+		ch.faults(ctx)
+		Expect(<-churned).To(Succeed())
+		Expect(<-checked).To(Succeed())
+
+		By("after the faults: every replica back, every StorageBucket Ready, every invariant")
+		for i, m := range ch.replicas {
+			if !m.proc.Running() {
+				ch.start(i, 0)
+			}
+			m.api.Resume()
+		}
+		everyReady(p.c, ch.names(), 2*time.Minute)
+		Eventually(func() error { return exactlyOneOwner(ch.replicas[:], ch.names()) }).
+			WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
+		Expect(ch.check(time.Now())).To(Succeed())
+		Expect(flaps.stop()).To(BeEmpty())
+		GinkgoWriter.Printf("faults: %s\n", strings.Join(ch.log, "; "))
+		GinkgoWriter.Printf("%d S3 requests, longest time between two probes of a bucket %s (bound %s)\n",
+			len(ch.s3log.snapshot()), ch.worstGap.Round(10*time.Millisecond), chaosGapBound)
+	})
+})
+
+// The chaos suite's ring and probe timing.
+const (
+	chaosLease    = 4 * time.Second
+	chaosRenew    = time.Second
+	chaosInterval = 5 * time.Second
+	// chaosGapBound is the documented bound on the time between two probes of one
+	// bucket under these faults (docs/storagebucket.md, "Running more than one
+	// replica"): an interval, plus a takeover after a crash or a stall (a lease and
+	// two renew periods), plus a lease for a replica that starts while a crashed
+	// one's Lease still looks live to it, plus two renew periods to take the slots;
+	// and a few seconds of a loaded machine.
+	chaosGapBound = chaosInterval + 2*chaosLease + 4*chaosRenew + 3*time.Second
+)
+
+// chaos is the state of one chaos run.
+type chaos struct {
+	p        *platform
+	s3log    *s3Log
+	rng      *rand.Rand
+	replicas [3]*manager
+	started  int
+
+	mu sync.Mutex
+	// lives are the incarnations of each StorageBucket name, oldest first.
+	lives    map[string][]*incarnation
+	depths   map[string]phalanksv1beta1.ProbeDepth
+	suspects map[string]time.Time // orphan suspects: bucket → first seen
+	worstGap time.Duration
+	log      []string
+}
+
+// incarnation is one StorageBucket object of a name, from its creation to the
+// request to delete it.
+type incarnation struct {
+	uid             types.UID
+	created         time.Time
+	deleteRequested time.Time
+}
+
+func (ch *chaos) note(format string, args ...any) {
+	line := time.Now().Format("15:04:05.000 ") + fmt.Sprintf(format, args...)
+	GinkgoWriter.Println(line)
+	ch.mu.Lock()
+	ch.log = append(ch.log, line)
+	ch.mu.Unlock()
+}
+
+// create creates the StorageBucket name (its bucket has its name) and records it.
+func (ch *chaos) create(name string, depth phalanksv1beta1.ProbeDepth) {
+	GinkgoHelper()
+	sb := bucketAt(ch.p.s3, ch.s3log.URL(), name, depth, true)
+	// Probes that a loaded machine slows down are not faults of this suite.
+	sb.Spec.HealthCheck.Timeout = &metav1.Duration{Duration: 4 * time.Second}
+	at := time.Now()
+	Expect(ch.p.c.Create(context.Background(), sb)).To(Succeed())
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.depths == nil {
+		ch.depths = map[string]phalanksv1beta1.ProbeDepth{}
+	}
+	ch.depths[name] = depth
+	ch.lives[name] = append(ch.lives[name], &incarnation{uid: sb.UID, created: at})
+}
+
+// names returns the StorageBucket names.
+func (ch *chaos) names() map[string]bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	out := map[string]bool{}
+	for name := range ch.lives {
+		out[name] = true
+	}
+	return out
+}
+
+// start runs replica i (again), its API connection through a proxy, its clock off by
+// offset.
+func (ch *chaos) start(i int, offset time.Duration) {
+	GinkgoHelper()
+	ch.started++
+	spec := managerSpec{name: fmt.Sprintf("r%d-%d", i, ch.started), kubeconfig: ch.p.kubeconfig,
+		flags: ringFlags(chaosLease, chaosRenew), viaProxy: true}
+	if offset != 0 {
+		spec.env = []string{clockoffset.EnvVar + "=" + offset.String()}
+	}
+	m := startManagerWith(spec)
+	ch.s3log.track(m)
+	ch.replicas[i] = m
+}
+
+// faults injects one fault after another until ctx ends.
+func (ch *chaos) faults(ctx context.Context) {
+	GinkgoHelper()
+	// The first faults are one of each kind with every clock offset; the rest are
+	// drawn at random.
+	first := []string{"stall", "skew", "kill", "skew", "term", "skew", "skew"}
+	kinds := []string{"stall", "skew", "kill", "term"}
+	offsets := []time.Duration{20 * time.Second, -10 * time.Minute, -20 * time.Second, 10 * time.Minute}
+	skews := 0
+	for n := 0; ctx.Err() == nil; n++ {
+		kind := kinds[ch.rng.IntN(len(kinds))]
+		if n < len(first) {
+			kind = first[n]
+		}
+		i := ch.rng.IntN(len(ch.replicas))
+		m := ch.replicas[i]
+		switch kind {
+		case "stall":
+			ch.note("stall %s's API connection for %s", m.proc.Name, 2*chaosLease)
+			m.api.Stall()
+			sleepCtx(ctx, 2*chaosLease)
+			m.api.Resume()
+		case "skew":
+			offset := offsets[skews%len(offsets)]
+			skews++
+			ch.note("restart %s with its clock %s off", m.proc.Name, offset)
+			Expect(m.proc.Stop(30 * time.Second)).To(Succeed())
+			ch.s3log.untrack(m)
+			ch.start(i, offset)
+		case "kill":
+			ch.note("SIGKILL %s, start it again", m.proc.Name)
+			m.proc.Kill()
+			ch.s3log.untrack(m)
+			sleepCtx(ctx, time.Duration(ch.rng.IntN(2000))*time.Millisecond)
+			ch.start(i, 0)
+		case "term":
+			ch.note("SIGTERM %s, start it again", m.proc.Name)
+			Expect(m.proc.Stop(30 * time.Second)).To(Succeed())
+			ch.s3log.untrack(m)
+			ch.start(i, 0)
+		}
+		sleepCtx(ctx, 2*time.Second+time.Duration(ch.rng.IntN(4000))*time.Millisecond)
+	}
+}
+
+// churn deletes a StorageBucket, waits for it to go (its bucket deleted by its owner),
+// and creates it again under the same name, until ctx ends.
+func (ch *chaos) churn(ctx context.Context) error {
+	names := sortedNames(ch.names())
+	for ctx.Err() == nil {
+		name := names[ch.rng.IntN(len(names))]
+		sb := &phalanksv1beta1.StorageBucket{}
+		if err := ch.p.c.Get(context.Background(), client.ObjectKey{Namespace: "team", Name: name}, sb); err != nil {
+			return err
+		}
+		ch.mu.Lock()
+		lives := ch.lives[name]
+		lives[len(lives)-1].deleteRequested = time.Now()
+		depth := ch.depths[name]
+		ch.mu.Unlock()
+		if err := ch.p.c.Delete(context.Background(), sb); err != nil {
+			return err
+		}
+		ch.note("delete StorageBucket %s (%s)", name, sb.UID)
+		// Deletion waits for the bucket's owner, which a fault may have taken away for a
+		// takeover's time.
+		deadline := time.Now().Add(2 * chaosGapBound)
+		for {
+			err := ch.p.c.Get(context.Background(), client.ObjectKeyFromObject(sb), &phalanksv1beta1.StorageBucket{})
+			if apierrors.IsNotFound(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("StorageBucket %s was not deleted within %s", name, 2*chaosGapBound)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		ch.create(name, depth)
+		ch.note("created StorageBucket %s again", name)
+		sleepCtx(ctx, time.Second+time.Duration(ch.rng.IntN(2000))*time.Millisecond)
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// checkEverySecond checks the invariants every second until ctx ends.
+func (ch *chaos) checkEverySecond(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+		if err := ch.check(time.Now()); err != nil {
+			return err
+		}
+	}
+}
+
+// check checks every invariant at now.
+func (ch *chaos) check(now time.Time) error {
+	exchanges := ch.s3log.snapshot()
+	if err := overlaps(exchanges); err != nil {
+		return fmt.Errorf("two replicas at once: %w", err)
+	}
+	if err := ch.deletedWhileAlive(exchanges); err != nil {
+		return err
+	}
+	if err := ch.gaps(exchanges, now); err != nil {
+		return err
+	}
+	return ch.orphans(now)
+}
+
+// deletedWhileAlive finds a bucket deletion while the StorageBucket of the bucket lived
+// and nobody had asked to delete it.
+func (ch *chaos) deletedWhileAlive(exchanges []s3Exchange) error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for _, x := range exchanges {
+		if !x.deletedBucket() {
+			continue
+		}
+		for _, inc := range ch.lives[x.bucket] {
+			if !x.Start.Before(inc.created) && (inc.deleteRequested.IsZero() || x.Start.Before(inc.deleteRequested)) {
+				return fmt.Errorf("%s deleted bucket %s at %s while StorageBucket %s lived", x.manager, x.bucket,
+					x.Start.Format("15:04:05.000"), inc.uid)
+			}
+		}
+	}
+	return nil
+}
+
+// gaps measures, for every incarnation, the time from its creation to its first probe
+// and between its probes, until its deletion was requested (or now).
+func (ch *chaos) gaps(exchanges []s3Exchange, now time.Time) error {
+	probes := map[string][]time.Time{}
+	for _, x := range exchanges {
+		if x.isProbe() {
+			probes[x.bucket] = append(probes[x.bucket], x.Start)
+		}
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for name, lives := range ch.lives {
+		times := probes[name]
+		sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+		for _, inc := range lives {
+			end := now
+			if !inc.deleteRequested.IsZero() {
+				end = inc.deleteRequested
+			}
+			last := inc.created
+			for _, at := range times {
+				if at.Before(inc.created) || !at.Before(end) {
+					continue
+				}
+				if gap := at.Sub(last); gap > ch.worstGap {
+					ch.worstGap = gap
+				}
+				if gap := at.Sub(last); gap > chaosGapBound {
+					return fmt.Errorf("bucket %s (%s) was not probed for %s, from %s to %s", name, inc.uid, gap.Round(time.Millisecond),
+						last.Format("15:04:05.000"), at.Format("15:04:05.000"))
+				}
+				last = at
+			}
+			// A bucket created moments before a probe that records its creation is
+			// probed the pass after; the bound covers it.
+			if gap := end.Sub(last); gap > chaosGapBound {
+				return fmt.Errorf("bucket %s (%s) was not probed for %s since %s", name, inc.uid, gap.Round(time.Millisecond),
+					last.Format("15:04:05.000"))
+			}
+		}
+	}
+	return nil
+}
+
+// orphans finds a bucket that no StorageBucket owns, seen so in two checks a second
+// apart (a bucket deleted between listing the buckets and the StorageBuckets is not).
+func (ch *chaos) orphans(now time.Time) error {
+	c, err := ch.p.s3.Client()
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	buckets, err := c.ListBuckets(ctx)
+	if err != nil {
+		return err
+	}
+	list := &phalanksv1beta1.StorageBucketList{}
+	if err := ch.p.c.List(ctx, list, client.InNamespace("team")); err != nil {
+		return err
+	}
+	live := map[string]bool{}
+	byBucket := map[string]bool{}
+	for _, sb := range list.Items {
+		live[string(sb.UID)] = true
+		byBucket[sb.Spec.BucketName] = true
+	}
+	suspects := map[string]time.Time{}
+	for _, b := range buckets {
+		owner := ""
+		if t, err := c.GetBucketTagging(ctx, b.Name); err == nil {
+			owner = t.ToMap()[s3bucket.TagOwnerUID]
+		}
+		if (owner != "" && live[owner]) || (owner == "" && byBucket[b.Name]) {
+			continue
+		}
+		key := b.Name + " " + owner
+		ch.mu.Lock()
+		first, seen := ch.suspects[key]
+		ch.mu.Unlock()
+		if seen && now.Sub(first) >= time.Second {
+			return fmt.Errorf("bucket %s is orphaned: its owner tag names StorageBucket %q, which does not exist", b.Name, owner)
+		}
+		if !seen {
+			first = now
+		}
+		suspects[key] = first
+	}
+	ch.mu.Lock()
+	ch.suspects = suspects
+	ch.mu.Unlock()
+	return nil
+}
