@@ -260,6 +260,8 @@ func lateText(s float64) string {
 type s3Stub struct {
 	url      string
 	requests atomic.Int64
+	// gaps tracks the HeadBucket requests per bucket (BenchmarkShardingHandover).
+	gaps probeGaps
 }
 
 func startS3Stub(b *testing.B, latency time.Duration) *s3Stub {
@@ -268,6 +270,9 @@ func startS3Stub(b *testing.B, latency time.Duration) *s3Stub {
 	s := &s3Stub{url: "http://" + l.Addr().String()}
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
+		if r.Method == http.MethodHead {
+			s.gaps.saw(strings.Trim(r.URL.Path, "/"), time.Now())
+		}
 		time.Sleep(latency)
 		w.Header().Set("x-amz-bucket-region", "us-east-1")
 		w.WriteHeader(http.StatusOK)
@@ -352,6 +357,11 @@ type manager struct {
 }
 
 func startManager(b *testing.B, bin, kubeconfig, name string) *manager {
+	return startManagerWith(b, bin, kubeconfig, name, concurrency)
+}
+
+// startManagerWith starts a manager probing with workers at once.
+func startManagerWith(b *testing.B, bin, kubeconfig, name string, workers int) *manager {
 	ports := make([]int, 3)
 	for i := range ports {
 		var err error
@@ -363,7 +373,7 @@ func startManager(b *testing.B, bin, kubeconfig, name string) *manager {
 		"--kubeconfig", kubeconfig, "--leader-elect", "--leader-elect-namespace", leaseNS,
 		"--metrics-bind-address", process.HostPort(ports[0]), "--metrics-secure=false",
 		"--health-probe-bind-address", process.HostPort(ports[1]), "--webhook-port", strconv.Itoa(ports[2]),
-		"--storagebucket-concurrency", strconv.Itoa(concurrency),
+		"--storagebucket-concurrency", strconv.Itoa(workers),
 		"--storagebucket-endpoint-allow-cidrs=127.0.0.1/32", // the stub listens on loopback
 	}}
 	must(b, m.proc.Start())

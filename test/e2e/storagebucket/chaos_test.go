@@ -52,10 +52,13 @@ var _ = Describe("Chaos", Label("chaos"), func() {
 			Expect(err).NotTo(HaveOccurred())
 		}
 		GinkgoWriter.Printf("chaos for %s, seed %d (PHALANKS_CHAOS_SEED replays it)\n", duration, seed)
-		rng := rand.New(rand.NewPCG(seed, 24)) //nolint:gosec // G404: a test schedule, not a secret
 
 		p := startPlatform(nil)
-		ch := &chaos{p: p, s3log: startS3Log(p.s3), rng: rng, lives: map[string][]*incarnation{}}
+		ch := &chaos{p: p, s3log: startS3Log(p.s3), lives: map[string][]*incarnation{},
+			// One generator per goroutine: faults and churn draw independently.
+			rng:      rand.New(rand.NewPCG(seed, 24)), //nolint:gosec // G404: a test schedule, not a secret
+			churnRng: rand.New(rand.NewPCG(seed, 25)), //nolint:gosec // G404: a test schedule, not a secret
+		}
 		for i := range 8 {
 			ch.create(fmt.Sprintf("rw-%02d", i), phalanksv1beta1.ProbeReadWrite)
 			ch.create(fmt.Sprintf("hb-%02d", i), phalanksv1beta1.ProbeHeadBucket)
@@ -110,11 +113,12 @@ const (
 
 // chaos is the state of one chaos run.
 type chaos struct {
-	p        *platform
-	s3log    *s3Log
-	rng      *rand.Rand
-	replicas [3]*manager
-	started  int
+	p     *platform
+	s3log *s3Log
+	// rng draws the faults, churnRng the StorageBuckets to delete.
+	rng, churnRng *rand.Rand
+	replicas      [3]*manager
+	started       int
 
 	mu sync.Mutex
 	// lives are the incarnations of each StorageBucket name, oldest first.
@@ -234,7 +238,7 @@ func (ch *chaos) faults(ctx context.Context) {
 func (ch *chaos) churn(ctx context.Context) error {
 	names := sortedNames(ch.names())
 	for ctx.Err() == nil {
-		name := names[ch.rng.IntN(len(names))]
+		name := names[ch.churnRng.IntN(len(names))]
 		sb := &phalanksv1beta1.StorageBucket{}
 		if err := ch.p.c.Get(context.Background(), client.ObjectKey{Namespace: "team", Name: name}, sb); err != nil {
 			return err
@@ -263,7 +267,7 @@ func (ch *chaos) churn(ctx context.Context) error {
 		}
 		ch.create(name, depth)
 		ch.note("created StorageBucket %s again", name)
-		sleepCtx(ctx, time.Second+time.Duration(ch.rng.IntN(2000))*time.Millisecond)
+		sleepCtx(ctx, time.Second+time.Duration(ch.churnRng.IntN(2000))*time.Millisecond)
 	}
 	return nil
 }
