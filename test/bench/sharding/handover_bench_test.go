@@ -67,12 +67,12 @@ func BenchmarkShardingHandover(b *testing.B) {
 		var rows []handoverRow
 		progress("1→2: a second replica joins")
 		second := &manager{}
-		rows = append(rows, measureHandover(b, stub, "1→2 (a replica joins)", func() []*manager {
+		rows = append(rows, measureHandover(b, stub, "1→2 (a replica joins)", "join", func() []*manager {
 			second = startManagerWith(b, bin, kubeconfig, "replica-b", workers)
 			return []*manager{a, second}
 		}, []*manager{a}))
 		progress("2→1: the first replica stops (SIGTERM)")
-		rows = append(rows, measureHandover(b, stub, "2→1 (a replica stops)", func() []*manager {
+		rows = append(rows, measureHandover(b, stub, "2→1 (a replica stops)", "leave", func() []*manager {
 			_ = a.proc.Stop(30 * time.Second)
 			return []*manager{second}
 		}, []*manager{a, second}))
@@ -86,9 +86,8 @@ func BenchmarkShardingHandover(b *testing.B) {
 		for _, r := range rows {
 			fmt.Fprintf(&out, "| %s | %s | %s | %.2f %% | %s | %s |\n", r.name, r.settled.Round(100*time.Millisecond),
 				r.longestGap.Round(100*time.Millisecond), r.onTime, lateText(r.p99), lateText(r.max))
-			prefix := strings.NewReplacer("→", "to", " ", "_").Replace(r.name[:3])
-			b.ReportMetric(r.longestGap.Seconds(), prefix+"_longest_gap_s")
-			b.ReportMetric(r.onTime, prefix+"_ontime_%")
+			b.ReportMetric(r.longestGap.Seconds(), r.metric+"_longest_gap_s")
+			b.ReportMetric(r.onTime, r.metric+"_ontime_%")
 		}
 		fmt.Print(out.String())
 	}
@@ -96,7 +95,7 @@ func BenchmarkShardingHandover(b *testing.B) {
 
 // handoverRow is what one handover cost.
 type handoverRow struct {
-	name             string
+	name, metric     string
 	settled          time.Duration
 	longestGap       time.Duration
 	onTime, p99, max float64
@@ -104,7 +103,7 @@ type handoverRow struct {
 
 // measureHandover makes a change (change returns the managers that run afterwards) and
 // measures the two intervals that follow it.
-func measureHandover(b *testing.B, stub *s3Stub, name string, change func() []*manager, before []*manager) handoverRow {
+func measureHandover(b *testing.B, stub *s3Stub, name, metric string, change func() []*manager, before []*manager) handoverRow {
 	lateBefore := measure.Histogram{}
 	for _, m := range before {
 		lateBefore = sumHistograms(lateBefore, m.scrape(b).Histogram("phalanks_storagebucket_probe_lateness_seconds"))
@@ -112,7 +111,7 @@ func measureHandover(b *testing.B, stub *s3Stub, name string, change func() []*m
 	stub.startWindow()
 	start := time.Now()
 	after := change()
-	row := handoverRow{name: name}
+	row := handoverRow{name: name, metric: metric}
 	waitFor(b, "every slot to have its owner", 5*time.Minute, func() bool {
 		slots, owners := 0.0, 0
 		for _, m := range after {
