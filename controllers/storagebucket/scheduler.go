@@ -36,6 +36,9 @@ type schedItem struct {
 	bucketRef
 	due   time.Time
 	index int // position in the heap; -1 while dispatched
+	// resume marks a bucket taken over from another replica and due now because its
+	// last due instant may have been missed meanwhile.
+	resume bool
 }
 
 // dueBucket is what the ticker sends through the channel: a bucket and when it is due.
@@ -93,19 +96,40 @@ func (s *scheduler) TriggerNow(now time.Time, buckets ...bucketRef) {
 	}
 }
 
-func (s *scheduler) setLocked(b bucketRef, due time.Time) {
+// Resume makes a bucket taken over from another replica due now: it is probed in turn
+// with every other due bucket (earliest due first), not ahead of them.
+func (s *scheduler) Resume(b bucketRef, now time.Time) {
+	s.mu.Lock()
+	s.setLocked(b, now).resume = true
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Resuming reports whether the bucket is due because of Resume.
+func (s *scheduler) Resuming(uid types.UID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it, ok := s.items[uid]
+	return ok && it.resume
+}
+
+func (s *scheduler) setLocked(b bucketRef, due time.Time) *schedItem {
 	it, ok := s.items[b.UID]
 	if !ok {
 		it = &schedItem{bucketRef: b, index: -1}
 		s.items[b.UID] = it
 		s.byKey[b.Key] = append(s.byKey[b.Key], b.UID)
 	}
-	it.due = due
+	it.due, it.resume = due, false
 	if it.index < 0 {
 		heap.Push(&s.heap, it)
 	} else {
 		heap.Fix(&s.heap, it.index)
 	}
+	return it
 }
 
 // Forget drops the bucket from the schedule.

@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
@@ -240,7 +239,7 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		WatchesRawSource(source.Kind(secrets, secretMetadata(), referenceChanged[*metav1.PartialObjectMetadata](r, kindSecret))).
 		WatchesMetadata(&corev1.ConfigMap{}, referenceChanged[client.Object](r, kindConfigMap)).
 		WatchesRawSource(source.Channel(due, dueHandler(o.Clock))).
-		WatchesRawSource(source.Channel(handover, &handler.TypedEnqueueRequestForObject[*phalanksv1beta1.StorageBucket]{})).
+		WatchesRawSource(source.Channel(handover, handoverHandler())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: o.Concurrency, NeedLeaderElection: new(o.Shard == nil)}).
 		WithLogConstructor(requestLogger(mgr.GetLogger().WithValues("controller", "storagebucket"))).
 		Complete(r)
@@ -301,19 +300,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	now := r.clock.Now()
 	st := r.mem.state(sb.UID)
 	due, scheduled := r.sched.Due(sb.UID)
-	switch cause := decideProbe(sb, st, in.fingerprint, due, scheduled, now); cause {
+	cause := decideProbe(sb, st, in.fingerprint, due, scheduled, now)
+	if cause == causeSchedule && st == nil && r.sched.Resuming(sb.UID) {
+		cause = causeResume
+	}
+	switch cause {
 	case causeNone:
 	case causeResume:
+		if scheduled {
+			st = r.probe(ctx, sb, in, st, cause, due, now)
+			break
+		}
 		// Probed before this process took over: continue on the bucket's grid instead
 		// of probing every bucket at once after a restart or failover, unless its last
-		// grid instant may have been missed while its shard changed hands.
+		// grid instant may have been missed while its shard changed hands; then it is
+		// due now, and probed in turn with the other due buckets.
 		interval := sb.Spec.HealthCheck.IntervalDuration()
 		next := nextDue(sb.UID, interval, now)
-		if !r.mayHaveMissed(sb.UID, next.Add(-interval)) {
+		if r.mayHaveMissed(sb.UID, next.Add(-interval)) {
+			r.sched.Resume(refOf(sb), now)
+		} else {
 			r.sched.Schedule(refOf(sb), next)
-			return ctrl.Result{}, nil
 		}
-		st = r.probe(ctx, sb, in, st, cause, due, now)
+		return ctrl.Result{}, nil
 	default:
 		st = r.probe(ctx, sb, in, st, cause, due, now)
 	}

@@ -6,10 +6,13 @@ import (
 
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 )
 
 // ticker is the Runnable that turns due times into reconcile requests. It runs on the
@@ -77,6 +80,22 @@ func dueHandler(clk clock.PassiveClock) handler.TypedEventHandler[dueBucket, rec
 				return
 			}
 			q.AddAfter(req, after)
+		},
+	}
+}
+
+// handoverHandler enqueues the StorageBuckets of slots taken over at the scheduled
+// probes' low priority: a handover of thousands must not delay a user's edit, and the
+// passes it causes only put the buckets on the schedule (or due now, in turn).
+func handoverHandler() handler.TypedEventHandler[*phalanksv1beta1.StorageBucket, reconcile.Request] {
+	return handler.TypedFuncs[*phalanksv1beta1.StorageBucket, reconcile.Request]{
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*phalanksv1beta1.StorageBucket], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)}
+			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+				pq.AddWithOpts(priorityqueue.AddOpts{Priority: new(schedulePriority)}, req)
+				return
+			}
+			q.Add(req)
 		},
 	}
 }

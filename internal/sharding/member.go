@@ -95,9 +95,9 @@ type Member struct {
 	published, publishedPending Set
 	publishedSlots              string
 	seen                        map[string]observation
-	// lastClaim is, per slot, when this member last saw a change of the Lease of a
-	// live member that claimed the slot, on its own clock.
-	lastClaim [Slots]time.Time
+	// lastClaim is, per slot, the last live member this member saw claim it, when,
+	// and when that member's Lease had last changed, on this member's clock.
+	lastClaim [Slots]claimSeen
 	gained    [Slots]Gain
 	lease     *coordinationv1.Lease
 	// abandon makes Start end without leaving, as a killed process would (tests).
@@ -106,6 +106,12 @@ type Member struct {
 
 // unknownSlots marks the Lease's content as unknown after a failed write.
 const unknownSlots = "?"
+
+// claimSeen is the last sight of another member's claim on a slot.
+type claimSeen struct {
+	by            string
+	read, changed time.Time
+}
 
 // observation is when this member last saw another's Lease change, on its own clock.
 type observation struct {
@@ -257,10 +263,12 @@ type Gain struct {
 	At time.Time
 	// Window is zero when no other member was seen claiming the slot since this one
 	// started: what happened before its start is unknown, and the objects continue
-	// where they are. Otherwise it reaches back from At to the last change this member
-	// saw of the Lease of a member that claimed the slot, plus two renew periods and
-	// two call deadlines: the previous owner may have stopped that long before its
-	// last write that still claimed the slot (it stops, drains, then publishes).
+	// where they are. When the previous claimant gave the slot up while live (or left,
+	// deleting its Lease), it reaches back to the last read that still showed its
+	// claim, plus two renew periods: it stops, drains (within a period), then publishes
+	// (a call within a period). When the previous claimant's Lease expired (a crash, a
+	// stall), it reaches back to the last change of that Lease this member saw, plus
+	// two renew periods: the claimant may have died right after that renewal.
 	Window time.Duration
 }
 
@@ -277,6 +285,8 @@ type view struct {
 	members []string
 	// claims are the slots the other live members claim.
 	claims Set
+	// expired are the members whose Lease is there but not live.
+	expired map[string]bool
 }
 
 // read lists the ring's Leases and judges who is live, on this member's clock.
@@ -314,12 +324,18 @@ func (m *Member) read(ctx context.Context) (view, error) {
 			c := claimsOf(l)
 			v.claims |= c
 			for slot := range Slots {
-				if c.Has(slot) && o.at.After(m.lastClaim[slot]) {
-					m.lastClaim[slot] = o.at
+				if c.Has(slot) {
+					m.lastClaim[slot] = claimSeen{by: holder, read: now, changed: o.at}
 				}
 			}
-		case age >= staleAfter*d:
-			stale = append(stale, l)
+		default:
+			if v.expired == nil {
+				v.expired = map[string]bool{}
+			}
+			v.expired[holder] = true
+			if age >= staleAfter*d {
+				stale = append(stale, l)
+			}
 		}
 	}
 	m.seen = seen
@@ -375,8 +391,12 @@ func (m *Member) apply(ctx context.Context, v view) {
 			continue
 		}
 		g := Gain{At: now}
-		if last := m.lastClaim[slot]; !last.IsZero() {
-			g.Window = now.Sub(last) + 4*m.RenewPeriod
+		switch last := m.lastClaim[slot]; {
+		case last.by == "":
+		case v.expired[last.by]:
+			g.Window = now.Sub(last.changed) + 2*m.RenewPeriod
+		default:
+			g.Window = now.Sub(last.read) + 2*m.RenewPeriod
 		}
 		m.gained[slot] = g
 	}
