@@ -142,8 +142,21 @@ bench: tools-for-bench build ## Run the scenario benchmarks under test/bench (BE
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager binary.
+build: ## Build the manager binary and the kubectl plugin bin/kubectl-phalanks.
 	go build -o $(BIN)/manager .
+	go build -o $(BIN)/kubectl-phalanks ./cmd/kubectl-phalanks
+
+# Where install-plugin puts kubectl-phalanks: a directory on PATH, where kubectl finds
+# plugins.
+PLUGIN_DIR ?= /usr/local/bin
+.PHONY: install-plugin
+install-plugin: build ## Install kubectl-phalanks into PLUGIN_DIR (default /usr/local/bin), so that `kubectl phalanks` runs it.
+	install -m 0755 $(BIN)/kubectl-phalanks $(PLUGIN_DIR)/kubectl-phalanks
+
+.PHONY: plugin-dist
+plugin-dist: tools-for-plugin-dist ## Build kubectl-phalanks release archives for every platform and their krew manifest into bin/plugin-dist, checked by krew's validator.
+	go run ./hack/krew -version v$(VERSION) -out $(BIN)/plugin-dist
+	$(BIN)/validate-krew-manifest -manifest $(BIN)/plugin-dist/phalanks.yaml -skip-install
 
 .PHONY: run
 run: tools-for-run manifests generate ## Run the manager against the current kubeconfig (webhook on a self-signed certificate).
@@ -256,10 +269,11 @@ TOOLS_deploy := gen kubectl
 TOOLS_deploy-monitoring := gen kubectl
 TOOLS_undeploy := gen kubectl
 TOOLS_demo := gen kube kubectl kwok minio node containerd cni
-TOOLS_test := gen lint kube kubectl kwok minio node containerd cni
+TOOLS_test := gen lint kube kubectl kwok minio node containerd cni krew
 TOOLS_test-e2e := $(TOOLS_demo)
 TOOLS_test-olm := gen kube kubectl kwok minio olm opm node containerd cni
 TOOLS_bench := kube kwok minio peers
+TOOLS_plugin-dist := krew
 TOOLS_scorecard := gen kube
 TOOLS_validate-multiarch := gen
 # The image targets run hack/olm's command, which can also render the bundle (kustomize).
@@ -290,7 +304,7 @@ tools: ## Build every default tool set into the per-machine cache (hack/tools/bu
 	hack/tools/build.sh
 
 # tools-<set> builds one set; tools-olm builds both OLM sets (olm and opm).
-TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni
+TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni krew
 .PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*
