@@ -150,8 +150,8 @@ func printSavings(w *printer, statuses []scaling.Status, now time.Time) {
 			memorySeconds += float64(r*s.MemoryBytes) * secs
 		}
 	}
-	w.f("\nScaled down now: %d replicas of %d workloads, requesting %s CPU and %s of memory.\n",
-		replicas, workloads, cores(float64(cpuMilli)/1000), gib(float64(memory)))
+	w.f("\nScaled down now: %s of %s, requesting %s CPU and %s of memory.\n",
+		plural(int(replicas), "replica"), plural(workloads, "workload"), cores(float64(cpuMilli)/1000), gib(float64(memory)))
 	w.f("Saved since each was scaled down: %.1f pod-hours, %s CPU-hours, %s-hours of memory requests.\n",
 		podSeconds/3600, cores(cpuSeconds/3600), gib(memorySeconds/3600))
 }
@@ -166,4 +166,11 @@ func reasonOf(err error) string {
 		return string(s.Status().Reason)
 	}
 	return err.Error()
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }

@@ -108,6 +108,10 @@ func wakeOrSleep(ctx context.Context, cmd string, args []string, out, errOut *pr
 		case cmd == "sleep" && ok && after.State == "down":
 			out.f("%s: asleep until %s (%s); the operator scales it down if it is up\n",
 				name, local(until, now), scaling.AnnotationForceDowntime)
+		case cmd == "sleep" && ok && after.State == "grace":
+			// New workloads run for the grace period first, asleep or not.
+			out.f("%s: asleep until %s (%s), once its grace period is over: %s\n",
+				name, local(until, now), scaling.AnnotationForceDowntime, after.Why)
 		default:
 			failed++
 			why := "it is not under scheduled scaling"

@@ -74,6 +74,8 @@ func NewInspector(c client.Client, o Options, now time.Time, scaledObjects bool,
 	}
 	for _, r := range resources {
 		switch j := slices.IndexFunc(builtinKinds, func(k *kind) bool { return k.resource == r }); {
+		case r == pdbResource:
+			// Budgets follow their workloads: they have no schedule to show.
 		case j >= 0:
 			i.kinds = append(i.kinds, builtinKinds[j])
 		case r == "scaledobjects."+kedaGroup && scaledObjects:

@@ -86,15 +86,19 @@ func TestKubectlPhalanks(t *testing.T) {
 	pinned := newDeployment(t, team, "pinned", 1, map[string]string{scaling.AnnotationUptime: "always", scaling.AnnotationForceUptime: "true"})
 	legacy := newDeployment(t, team, "legacy", 1, map[string]string{scaling.AnnotationUptime: "always", scaling.AnnotationExcludeUntil: "2020-01-01T00:00:00Z"})
 	// No zone: valid only with the operator's --scaling-time-zone.
-	newDeployment(t, team, "local", 1, map[string]string{scaling.AnnotationDowntime: "Mon-Sun 00:00-24:00"})
+	zoneless := newDeployment(t, team, "local", 1, map[string]string{scaling.AnnotationDowntime: "Mon-Sun 00:00-24:00"})
 	report := &batchv1.CronJob{
 		ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "report", Annotations: map[string]string{scaling.AnnotationDowntime: "always"}},
 		Spec: batchv1.CronJobSpec{Schedule: "0 3 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
 			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: podTemplate("report").Spec.Containers}}}}},
 	}
 	g.Expect(admin.Create(ctx, report)).To(Succeed())
+	// A budget: not a kind the plugin lists, and no error either.
+	budget(t, team, "api", 1)
 	webReplicas := func(g Gomega) int32 { return ptr.Deref(live(web)(g).Spec.Replicas, -1) }
 	g.Eventually(webReplicas).WithTimeout(timeout).Should(BeEquivalentTo(0))
+	g.Eventually(func(g Gomega) int32 { return ptr.Deref(live(zoneless)(g).Spec.Replicas, -1) }).WithTimeout(timeout).Should(BeEquivalentTo(0),
+		"the operator, with its time zone, scales it down")
 
 	t.Run("status, as a tenant who cannot read the operator's settings", func(t *testing.T) {
 		g := NewWithT(t)
@@ -144,10 +148,14 @@ func TestKubectlPhalanks(t *testing.T) {
 		g.Expect(live(web)(g).Annotations).To(HaveKey(scaling.AnnotationExcludeUntil))
 		g.Expect(writtenBy("kubectl-phalanks")(live(web)(g))).To(BeTrue())
 
-		r = asTenant.run(t, "sleep", team+"/Deployment/web", "--for", "30m", "--operator-namespace", operatorNS)
+		// The operator here runs without a grace period; a tenant who cannot read its
+		// flags gives them (the plugin's default is the operator's, 15m).
+		r = asTenant.run(t, "sleep", team+"/Deployment/web", "--for", "30m", "--operator-namespace", operatorNS, "--scaling-grace-period=0s")
 		g.Expect(r.code).To(Equal(0))
 		g.Expect(r.stdout).To(ContainSubstring(team + "/Deployment/web: asleep until "))
 		g.Eventually(webReplicas).WithTimeout(timeout).Should(BeEquivalentTo(0))
+	g.Eventually(func(g Gomega) int32 { return ptr.Deref(live(zoneless)(g).Spec.Replicas, -1) }).WithTimeout(timeout).Should(BeEquivalentTo(0),
+		"the operator, with its time zone, scales it down")
 		a := live(web)(g).Annotations
 		g.Expect(a).NotTo(HaveKey(scaling.AnnotationExcludeUntil), "the sleep replaces the wake")
 		g.Expect(a[scaling.AnnotationForceDowntime]).To(HavePrefix("until "))
@@ -171,6 +179,14 @@ func TestKubectlPhalanks(t *testing.T) {
 		g.Expect(live(legacy)(g).Annotations).To(HaveKeyWithValue(scaling.AnnotationExcludeUntil, "2020-01-01T00:00:00Z"))
 		g.Eventually(webReplicas).WithTimeout(timeout).Should(BeEquivalentTo(3))
 		g.Eventually(func(g Gomega) bool { return ptr.Deref(live(report)(g).Spec.Suspend, true) }).WithTimeout(timeout).Should(BeFalse())
+	})
+
+	t.Run("a sleep of a workload in its grace period says when it takes effect", func(t *testing.T) {
+		g := NewWithT(t)
+		newDeployment(t, team, "fresh", 1, map[string]string{scaling.AnnotationUptime: "always", scaling.AnnotationGracePeriod: "1h"})
+		r := asTenant.run(t, "sleep", team+"/deploy/fresh", "--operator-namespace", operatorNS)
+		g.Expect(r.code).To(Equal(0))
+		g.Expect(r.stdout).To(MatchRegexp(team + `/Deployment/fresh: asleep until .*, once its grace period is over: in downtime, but created less than 1h0m0s ago`))
 	})
 
 	t.Run("a sleep that force-uptime overrides fails and says why", func(t *testing.T) {
