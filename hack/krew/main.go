@@ -55,7 +55,7 @@ func run(root, version, out, url, platforms string) error {
 	if !strings.HasPrefix(version, "v") {
 		return errors.New("-version must be a version such as v0.2.0 (krew wants the v)")
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
+	if err := os.MkdirAll(out, 0o750); err != nil {
 		return err
 	}
 	var built []platform

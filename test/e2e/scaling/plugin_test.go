@@ -154,8 +154,6 @@ func TestKubectlPhalanks(t *testing.T) {
 		g.Expect(r.code).To(Equal(0))
 		g.Expect(r.stdout).To(ContainSubstring(team + "/Deployment/web: asleep until "))
 		g.Eventually(webReplicas).WithTimeout(timeout).Should(BeEquivalentTo(0))
-	g.Eventually(func(g Gomega) int32 { return ptr.Deref(live(zoneless)(g).Spec.Replicas, -1) }).WithTimeout(timeout).Should(BeEquivalentTo(0),
-		"the operator, with its time zone, scales it down")
 		a := live(web)(g).Annotations
 		g.Expect(a).NotTo(HaveKey(scaling.AnnotationExcludeUntil), "the sleep replaces the wake")
 		g.Expect(a[scaling.AnnotationForceDowntime]).To(HavePrefix("until "))
