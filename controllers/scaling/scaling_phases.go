@@ -50,25 +50,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	d := decide(in)
-	if d.state == stateOverride && k.levelField != nil {
-		// Who changed it? A GitOps controller would do it again at every sync.
-		if w, found, err := r.s.writers.of(ctx, k, obj); err != nil {
-			log.Info("could not tell who changed the level", "error", err.Error())
-		} else if found {
-			in.levelWriter = &w
-			d = decide(in)
-		}
-	}
-	if k.restoreNote != nil && slices.Contains(d.actions, actionScaleUp) {
-		if extra := k.restoreNote(obj); extra != "" {
-			for i := range d.events {
-				if d.events[i].reason == ReasonScaleUp {
-					d.events[i].note += "; " + extra
-				}
-			}
-		}
-	}
+	d := r.decide(ctx, obj, in)
 	if d.state == stateUnmanaged && d.workload == nil && d.hpa == nil {
 		r.forget(req)
 		return ctrl.Result{}, nil
@@ -95,6 +77,31 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.wake.at(req, d.requeueAt)
 	log.V(1).Info("decided", "state", d.state, "level", in.workload.level, "next", stamp(d.requeueAt))
 	return ctrl.Result{}, nil
+}
+
+// decide decides, and for a manual change looks up who made it (a GitOps controller
+// would make it again at every sync) and decides again with that.
+func (r *reconciler) decide(ctx context.Context, obj client.Object, in inputs) decision {
+	k := r.kind
+	d := decide(in)
+	if d.state == stateOverride && k.levelField != nil {
+		if w, found, err := r.s.writers.of(ctx, k, obj); err != nil {
+			ctrl.LoggerFrom(ctx).Info("could not tell who changed the level", "error", err.Error())
+		} else if found {
+			in.levelWriter = &w
+			d = decide(in)
+		}
+	}
+	if k.restoreNote != nil && slices.Contains(d.actions, actionScaleUp) {
+		if extra := k.restoreNote(obj); extra != "" {
+			for i := range d.events {
+				if d.events[i].reason == ReasonScaleUp {
+					d.events[i].note += "; " + extra
+				}
+			}
+		}
+	}
+	return d
 }
 
 func (r *reconciler) forget(req ctrl.Request) {
