@@ -120,7 +120,7 @@ verify: tools-for-verify manifests generate catalog ## Regenerate everything (CR
 .PHONY: test
 # The real-node suites (test/e2e/realnode, test/harness/cluster/realnode) need root; the
 # first runs the operator image docker-build writes into IMAGE_LAYOUT.
-test: tools-for-test verify vet lint bundle-validate docker-build ## Run verify, vet, lint, operator-sdk bundle validate, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root).
+test: tools-for-test verify vet lint bundle-validate operatorhub docker-build ## Run verify, vet, lint, operator-sdk bundle validate, the OperatorHub checks, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root).
 	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) ./...
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(GO_TEST_FLAGS) ./...
 
@@ -252,6 +252,17 @@ scorecard-image-build: tools-for-scorecard-image-build ## Build the custom score
 scorecard-image-push: tools-for-scorecard-image-push ## Push the custom scorecard test image SCORECARD_TEST_IMG from IMAGE_LAYOUT.
 	$(OLM) images push --only scorecard-tests $(IMAGES_FLAGS)
 
+# What a pull request to OperatorHub's community catalogs (k8s-operatorhub/community-operators,
+# redhat-openshift-ecosystem/community-operators-prod) holds, checked as their pipelines
+# check it: operator-sdk's validators against the newest Kubernetes we support, the CSV's
+# required fields, the layout, the catalogs and their template, yamllint (Debian's).
+OPERATORHUB_DIR ?= $(BIN)/operatorhub
+OPERATORHUB_K8S_VERSION ?= 1.36
+.PHONY: operatorhub
+operatorhub: tools-for-operatorhub ## Lay out the OperatorHub pull request in OPERATORHUB_DIR and run the hubs' static checks on it.
+	@hack/tools/apt.sh yamllint=yamllint
+	go -C $(OLM_MODULE) run -tags $(OLM_GO_TAGS) ./cmd/operatorhub --out $(OPERATORHUB_DIR) --k8s-version $(OPERATORHUB_K8S_VERSION)
+
 .PHONY: validate-multiarch
 validate-multiarch: tools-for-validate-multiarch ## Run operator-sdk's multiarch validator itself, with podman, on the bundle pinned to the operator image built here (needs root and podman).
 	go -C $(OLM_MODULE) test -tags podman,$(OLM_GO_TAGS) -count=1 -timeout=40m -run TestOperatorSDKMultiarchValidatorWithPodman -v ./validate/
@@ -290,6 +301,7 @@ TOOLS_test-e2e := $(TOOLS_demo)
 TOOLS_test-olm := gen sdk kube kubectl kwok minio olm opm node containerd cni
 TOOLS_bench := kube kwok minio peers
 TOOLS_scorecard := sdk
+TOOLS_operatorhub := sdk
 TOOLS_validate-multiarch := gen sdk
 # The image targets run hack/olm's command, which can also render the bundle (kustomize).
 TOOLS_docker-build := gen

@@ -30,11 +30,17 @@ func (r Report) OK() bool { return len(r.Errors) == 0 && len(r.Warnings) == 0 }
 // directory dir and returns its findings in the CLI's own words. optionalValues become
 // --optional-values (e.g. "k8s-version": "1.36").
 func Bundle(ctx context.Context, dir string, optionalValues map[string]string) (Report, error) {
+	return Run(ctx, dir, "suite=operatorframework", optionalValues)
+}
+
+// Run runs `operator-sdk bundle validate DIR --select-optional SELECTOR` on the bundle
+// directory dir, as Bundle does.
+func Run(ctx context.Context, dir, selector string, optionalValues map[string]string) (Report, error) {
 	sdk, err := tools.Path("operator-sdk")
 	if err != nil {
 		return Report{}, err
 	}
-	args := []string{"bundle", "validate", dir, "--select-optional", "suite=operatorframework", "--output", "json-alpha1"}
+	args := []string{"bundle", "validate", dir, "--select-optional", selector, "--output", "json-alpha1"}
 	keys := make([]string, 0, len(optionalValues))
 	for k := range optionalValues {
 		keys = append(keys, k)
