@@ -46,6 +46,11 @@ func TestTheKrewManifestValidatesAndInstallsThePlugin(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("krew install: %v\n%s", err, b)
 	}
+	// What krew's index checks when it installs a plugin: the license came with it.
+	licenses, err := filepath.Glob(filepath.Join(krewRoot, "store", "phalanks", "v0.2.0", "LICENSE"))
+	if err != nil || len(licenses) != 1 {
+		t.Errorf("no LICENSE installed with the plugin: %v", err)
+	}
 	b, err := exec.Command(filepath.Join(krewRoot, "bin", "kubectl-phalanks"), "help").CombinedOutput()
 	if err != nil || !strings.Contains(string(b), "kubectl phalanks") {
 		t.Fatalf("the installed plugin: %v\n%s", err, b)

@@ -4,8 +4,9 @@
 //
 //	go run ./hack/krew -version v0.2.0 -out bin/plugin-dist
 //
-// The archives are named kubectl-phalanks_<os>_<arch>.tar.gz and are meant to be
-// uploaded to the release at -url; the manifest's checksums are theirs.
+// The archives are named kubectl-phalanks_<os>_<arch>.tar.gz, hold the binary and the
+// repository's LICENSE (krew's index requires one), and are meant to be uploaded to the
+// release at -url; the manifest's checksums are theirs.
 package main
 
 import (
@@ -21,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"text/template"
 )
@@ -97,7 +99,7 @@ func build(root, out string, p *platform) error {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build for %s/%s: %w\n%s", p.OS, p.Arch, err, b)
 	}
-	if err := archive(p.archive, bin, p.Bin); err != nil {
+	if err := archive(p.archive, map[string]string{p.Bin: bin, "LICENSE": filepath.Join(root, "LICENSE")}); err != nil {
 		return err
 	}
 	sum, err := sha256File(p.archive)
@@ -108,9 +110,35 @@ func build(root, out string, p *platform) error {
 	return os.RemoveAll(filepath.Dir(bin))
 }
 
-// archive writes a gzipped tar holding the binary under name.
-func archive(path, bin, name string) error {
-	src, err := os.Open(bin)
+// archive writes a gzipped tar of files (name in the archive → path), sorted by name.
+func archive(path string, files map[string]string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	gz := gzip.NewWriter(f)
+	tw := tar.NewWriter(gz)
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := addFile(tw, name, files[name]); err != nil {
+			return err
+		}
+	}
+	for _, c := range []io.Closer{tw, gz, f} {
+		if err := c.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func addFile(tw *tar.Writer, name, path string) error {
+	src, err := os.Open(path)
 	if err != nil {
 		return err
 	}
@@ -119,25 +147,15 @@ func archive(path, bin, name string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Create(path)
-	if err != nil {
+	mode := int64(0o644)
+	if info.Mode()&0o111 != 0 {
+		mode = 0o755
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: info.Size(), Typeflag: tar.TypeReg}); err != nil {
 		return err
 	}
-	defer func() { _ = f.Close() }()
-	gz := gzip.NewWriter(f)
-	tw := tar.NewWriter(gz)
-	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: info.Size(), Typeflag: tar.TypeReg}); err != nil {
-		return err
-	}
-	if _, err := io.Copy(tw, src); err != nil {
-		return err
-	}
-	for _, c := range []io.Closer{tw, gz, f} {
-		if err := c.Close(); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err = io.Copy(tw, src)
+	return err
 }
 
 func sha256File(path string) (string, error) {
