@@ -71,14 +71,18 @@ type Params struct {
 }
 
 // Generate runs `make bundle` with p in a copy of the repository at root (the files git
-// tracks or would track, so uncommitted work counts) and returns the copy's bundle
-// directory, with bundle.Dockerfile next to it. The repository itself is not touched:
-// `make bundle` edits config/ (`kustomize edit set image`) as it does for users.
+// tracks or would track, so uncommitted work counts, committed in a fresh repository so
+// that make bundle keeps the tree's createdAt as in the checkout) and returns the copy's
+// bundle directory, with bundle.Dockerfile next to it. The repository itself is not
+// touched: `make bundle` edits config/ (`kustomize edit set image`) as it does for users.
 // Tool binaries come from the per-machine cache (hack/tools/build.sh). log receives
 // make's output, which is also in the error when make fails.
 func Generate(ctx context.Context, root, workDir string, p Params, log io.Writer) (string, error) {
 	copyRoot := filepath.Join(workDir, "tree")
 	if err := copyTree(ctx, root, copyRoot); err != nil {
+		return "", err
+	}
+	if err := commitAll(ctx, copyRoot); err != nil {
 		return "", err
 	}
 	args := []string{"-C", copyRoot, "--no-print-directory", "bundle", "VERSION=" + p.Version}
@@ -136,6 +140,21 @@ func copyTree(ctx context.Context, root, dst string) error {
 		}
 		if err := os.WriteFile(target, data, info.Mode().Perm()); err != nil { //nolint:gosec // G703: a path git lists in the repository, under dst
 			return err
+		}
+	}
+	return nil
+}
+
+// commitAll makes dir a git repository whose one commit holds every file in it.
+func commitAll(ctx context.Context, dir string) error {
+	for _, args := range [][]string{
+		{"init", "-q"},
+		{"add", "-A"},
+		{"-c", "user.name=bundle.Generate", "-c", "user.email=bundle@localhost", "commit", "-q", "--no-gpg-sign", "-m", "tree"},
+	} {
+		cmd := exec.CommandContext(ctx, "git", append([]string{"-C", dir}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("git %s in %s: %w: %s", strings.Join(args, " "), dir, err, out)
 		}
 	}
 	return nil
