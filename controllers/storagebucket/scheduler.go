@@ -45,6 +45,8 @@ type schedItem struct {
 type dueBucket struct {
 	bucketRef
 	Due time.Time
+	// Resume marks a bucket due because it was taken over (see scheduler.Resume).
+	Resume bool
 }
 
 func newScheduler() *scheduler {
@@ -184,7 +186,7 @@ func (s *scheduler) PopDue(until time.Time) []dueBucket {
 	var out []dueBucket
 	for len(s.heap) > 0 && !s.heap[0].due.After(until) {
 		it := heap.Pop(&s.heap).(*schedItem)
-		out = append(out, dueBucket{bucketRef: it.bucketRef, Due: it.due})
+		out = append(out, dueBucket{bucketRef: it.bucketRef, Due: it.due, Resume: it.resume})
 	}
 	return out
 }

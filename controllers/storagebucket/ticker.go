@@ -66,8 +66,14 @@ func (t *ticker) dispatch(ctx context.Context) {
 }
 
 // schedulePriority ranks scheduled probes below every watch event (priority 0), so a
-// user's edit is never stuck behind a burst of due buckets.
-const schedulePriority = handler.LowPriority
+// user's edit is never stuck behind a burst of due buckets. resumePriority ranks the
+// probes of buckets taken over from another replica (those whose due instant may have
+// been missed during the handover) below the scheduled ones: a handover of thousands
+// uses the capacity the schedule leaves, rather than making every scheduled probe late.
+const (
+	schedulePriority = handler.LowPriority
+	resumePriority   = handler.LowPriority - 1
+)
 
 // dueHandler enqueues a due bucket at low priority, delayed until its due time.
 func dueHandler(clk clock.PassiveClock) handler.TypedEventHandler[dueBucket, reconcile.Request] {
@@ -75,8 +81,12 @@ func dueHandler(clk clock.PassiveClock) handler.TypedEventHandler[dueBucket, rec
 		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[dueBucket], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			req := reconcile.Request{NamespacedName: e.Object.Key}
 			after := max(e.Object.Due.Sub(clk.Now()), 0)
+			priority := schedulePriority
+			if e.Object.Resume {
+				priority = resumePriority
+			}
 			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
-				pq.AddWithOpts(priorityqueue.AddOpts{After: after, Priority: new(schedulePriority)}, req)
+				pq.AddWithOpts(priorityqueue.AddOpts{After: after, Priority: &priority}, req)
 				return
 			}
 			q.AddAfter(req, after)
