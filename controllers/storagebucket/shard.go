@@ -267,9 +267,12 @@ func (h *handover) Start(ctx context.Context) error {
 	}
 }
 
-// reconcile sends every cached StorageBucket of the slots (those still owned) to the
-// controller. With server-side sharding the informer also lists again: the buckets of
-// new slots arrive as additions, which reconcile the same way.
+// reconcile takes over every cached StorageBucket of the slots (those still owned): a
+// bucket probed before continues on its grid, or is due now when its last due instant
+// may have been missed (resume), straight on the schedule, without a pass of its own;
+// the others (never probed, edited since, being deleted) are sent to the controller.
+// With server-side sharding the informer also lists again: the buckets of new slots
+// arrive as additions, and reconcile the same way.
 func (h *handover) reconcile(ctx context.Context, slots sharding.Set) {
 	if slots == 0 {
 		return
@@ -278,9 +281,17 @@ func (h *handover) reconcile(ctx context.Context, slots sharding.Set) {
 	if err := h.r.client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return
 	}
+	now := h.r.clock.Now()
 	for i := range list.Items {
 		sb := &list.Items[i]
 		if slot := sharding.SlotOf(sb.UID); !slots.Has(slot) || !h.r.opts.Shard.Owns(slot) {
+			continue
+		}
+		if _, scheduled := h.r.sched.Due(sb.UID); scheduled {
+			continue
+		}
+		if resumable(sb) {
+			h.r.continueTakenOver(sb, now)
 			continue
 		}
 		select {
@@ -289,6 +300,26 @@ func (h *handover) reconcile(ctx context.Context, slots sharding.Set) {
 			return
 		}
 	}
+}
+
+// resumable reports whether a StorageBucket this replica takes over continues where
+// its previous owner left it: probed at its generation, and not being deleted.
+func resumable(sb *phalanksv1beta1.StorageBucket) bool {
+	return sb.Status.LastProbeTime != nil && sb.Status.ObservedGeneration == sb.Generation && sb.DeletionTimestamp.IsZero()
+}
+
+// continueTakenOver puts a StorageBucket probed before this replica took it over on its
+// probe grid instead of probing every bucket at once after a restart or failover,
+// unless its last grid instant may have been missed while its shard changed hands:
+// then it is due now, and probed after the scheduled probes (resumePriority).
+func (r *Reconciler) continueTakenOver(sb *phalanksv1beta1.StorageBucket, now time.Time) {
+	interval := sb.Spec.HealthCheck.IntervalDuration()
+	next := nextDue(sb.UID, interval, now)
+	if r.mayHaveMissed(sb.UID, next.Add(-interval)) {
+		r.sched.Resume(refOf(sb), now)
+		return
+	}
+	r.sched.Schedule(refOf(sb), next)
 }
 
 // ownedOrDeleted lets through the events of this replica's buckets, and every

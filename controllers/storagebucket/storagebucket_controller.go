@@ -311,17 +311,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			st = r.probe(ctx, sb, in, st, cause, due, now)
 			break
 		}
-		// Probed before this process took over: continue on the bucket's grid instead
-		// of probing every bucket at once after a restart or failover, unless its last
-		// grid instant may have been missed while its shard changed hands; then it is
-		// due now, and probed in turn with the other due buckets.
-		interval := sb.Spec.HealthCheck.IntervalDuration()
-		next := nextDue(sb.UID, interval, now)
-		if r.mayHaveMissed(sb.UID, next.Add(-interval)) {
-			r.sched.Resume(refOf(sb), now)
-		} else {
-			r.sched.Schedule(refOf(sb), next)
-		}
+		r.continueTakenOver(sb, now)
 		return ctrl.Result{}, nil
 	default:
 		st = r.probe(ctx, sb, in, st, cause, due, now)
