@@ -3,6 +3,7 @@ package storagebucket
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -248,7 +249,7 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 		Region:     sb.Spec.Region,
 		Addressing: s3probe.Addressing(sb.Spec.AddressingStyle),
 	}}
-	in.host, in.key = in.endpoint.Host(), in.endpoint.Key()
+	in.host, in.key = in.endpoint.HostAndKey()
 	fp := "adopt=" + sb.Annotations[phalanksv1beta1.AnnotationAdopt]
 	var used []refKey
 	defer func() { r.refs.use(sb.UID, used) }()
@@ -260,7 +261,7 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 		if err != nil {
 			return in, err
 		}
-		fp += fmt.Sprintf(";ca=%s/%d", rv, state)
+		fp += ";ca=" + rv + "/" + strconv.Itoa(int(state))
 		switch pem, ok := data[key]; {
 		case state == refNotFound:
 			in.failure = taxonomy.NewFailure(taxonomy.ReasonCABundleNotFound, nil, "%s %q with the CA bundle does not exist", kind, name)
@@ -279,7 +280,7 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 		if err != nil {
 			return in, err
 		}
-		fp += fmt.Sprintf(";secret=%s/%d", rv, state)
+		fp += ";secret=" + rv + "/" + strconv.Itoa(int(state))
 		idKey, secretKey := ref.Keys()
 		switch {
 		case state == refNotFound:

@@ -2,6 +2,7 @@ package storagebucket
 
 import (
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -16,15 +17,22 @@ func requestLogger(base logr.Logger) func(*reconcile.Request) logr.Logger {
 		if req == nil || sink == nil {
 			return base
 		}
-		return logr.New(&lazySink{base: sink, values: []any{"StorageBucket", klog.KRef(req.Namespace, req.Name)}})
+		return logr.New(&lazySink{base: sink, request: req.NamespacedName})
 	}
 }
 
-// lazySink holds key-values and hands them to the sink it wraps only when a line is
-// written at an enabled level.
+// lazySink holds the StorageBucket's name and key-values, and hands them to the sink it
+// wraps only when a line is written at an enabled level (not even the key-value slice
+// is made before that).
 type lazySink struct {
-	base   logr.LogSink
-	values []any
+	base    logr.LogSink
+	request types.NamespacedName
+	values  []any
+}
+
+// all returns the key-values: the StorageBucket, then those added.
+func (s *lazySink) all() []any {
+	return append([]any{"StorageBucket", klog.KRef(s.request.Namespace, s.request.Name)}, s.values...)
 }
 
 var (
@@ -44,24 +52,24 @@ func (s *lazySink) Init(logr.RuntimeInfo) {
 func (s *lazySink) Enabled(level int) bool { return s.base.Enabled(level) }
 
 func (s *lazySink) Info(level int, msg string, kv ...any) {
-	s.base.WithValues(s.values...).Info(level, msg, kv...)
+	s.base.WithValues(s.all()...).Info(level, msg, kv...)
 }
 
 func (s *lazySink) Error(err error, msg string, kv ...any) {
-	s.base.WithValues(s.values...).Error(err, msg, kv...)
+	s.base.WithValues(s.all()...).Error(err, msg, kv...)
 }
 
 func (s *lazySink) WithValues(kv ...any) logr.LogSink {
-	return &lazySink{base: s.base, values: append(s.values[:len(s.values):len(s.values)], kv...)}
+	return &lazySink{base: s.base, request: s.request, values: append(s.values[:len(s.values):len(s.values)], kv...)}
 }
 
 func (s *lazySink) WithName(name string) logr.LogSink {
-	return &lazySink{base: s.base.WithName(name), values: s.values}
+	return &lazySink{base: s.base.WithName(name), request: s.request, values: s.values}
 }
 
 func (s *lazySink) WithCallDepth(depth int) logr.LogSink {
 	if cd, ok := s.base.(logr.CallDepthLogSink); ok {
-		return &lazySink{base: cd.WithCallDepth(depth), values: s.values}
+		return &lazySink{base: cd.WithCallDepth(depth), request: s.request, values: s.values}
 	}
 	return s
 }

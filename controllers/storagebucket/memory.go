@@ -5,8 +5,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/internal/sharding"
 	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 )
@@ -62,6 +65,47 @@ type bucketState struct {
 	// known to record that this StorageBucket creates its bucket.
 	createRecordedFor string
 	obs               statusInput
+	// up is the bucket's phalanks_storagebucket_up series, looked up once.
+	up prometheus.Gauge
+	// check and checks are the last pass's check input and the conditions made of it:
+	// a pass that learns the same reuses them; checksVersion counts the rebuilds.
+	check         checkInput
+	checks        []metav1.Condition
+	checksVersion uint64
+	// shown is the last status found to show the observation already (nothing to
+	// write): while the StorageBucket and the observation stay the same and no
+	// heartbeat is due, the status is not computed again.
+	shown shownStatus
+}
+
+// shownStatus identifies a status that shows an observation.
+type shownStatus struct {
+	resourceVersion string
+	checksVersion   uint64
+	generation      int64
+	certNotAfter    int64
+	created         bool
+}
+
+// shownKey identifies the status of sb against the newest observation.
+func (st *bucketState) shownKey(sb *phalanksv1beta1.StorageBucket) shownStatus {
+	k := shownStatus{resourceVersion: sb.ResourceVersion, checksVersion: st.checksVersion, generation: st.obs.generation,
+		created: st.obs.createdBucket != nil}
+	if !st.obs.certNotAfter.IsZero() {
+		k.certNotAfter = st.obs.certNotAfter.Unix()
+	}
+	return k
+}
+
+// conditionsFor returns the conditions of a check input: those of the last pass when
+// it learned the same.
+func (st *bucketState) conditionsFor(in checkInput) []metav1.Condition {
+	if st.checks != nil && in.same(st.check) {
+		return st.checks
+	}
+	st.check, st.checks = in, checkConditions(in)
+	st.checksVersion++
+	return st.checks
 }
 
 func (st *bucketState) ownershipKey() string {

@@ -3,6 +3,8 @@ package storagebucket
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/phalanks/phalanks-operator/internal/s3probe"
 )
 
 // Per-probe detail lives here, not in the StorageBucket status. Every series is served
@@ -62,4 +64,42 @@ var (
 func init() {
 	metrics.Registry.MustRegister(probeDuration, probeFailures, bucketUp, probeLateness, probesTotal,
 		statusWrites, scheduledBuckets, dispatchedBuckets, endpointDownMarks)
+}
+
+// The series every probe touches are looked up once, not per probe.
+var (
+	probesByCause = func() map[probeCause]prometheus.Counter {
+		out := map[probeCause]prometheus.Counter{}
+		for _, c := range []probeCause{causeResume, causeNew, causeSpec, causeInputs, causeSchedule} {
+			out[c] = probesTotal.WithLabelValues(string(c))
+		}
+		return out
+	}()
+	durations = func() map[s3probe.Depth][2]prometheus.Observer {
+		out := map[s3probe.Depth][2]prometheus.Observer{}
+		for _, d := range []s3probe.Depth{s3probe.DepthConnect, s3probe.DepthHeadBucket, s3probe.DepthList, s3probe.DepthReadWrite} {
+			out[d] = [2]prometheus.Observer{probeDuration.WithLabelValues(string(d), "success"), probeDuration.WithLabelValues(string(d), "failure")}
+		}
+		return out
+	}()
+)
+
+// probeCounter returns the probe counter of a cause.
+func probeCounter(c probeCause) prometheus.Counter {
+	if counter, ok := probesByCause[c]; ok {
+		return counter
+	}
+	return probesTotal.WithLabelValues(string(c))
+}
+
+// durationObserver returns the duration histogram of a depth and result.
+func durationObserver(d s3probe.Depth, failed bool) prometheus.Observer {
+	i := 0
+	if failed {
+		i = 1
+	}
+	if o, ok := durations[d]; ok {
+		return o[i]
+	}
+	return probeDuration.WithLabelValues(string(d), [2]string{"success", "failure"}[i])
 }

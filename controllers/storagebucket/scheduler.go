@@ -2,7 +2,6 @@ package storagebucket
 
 import (
 	"container/heap"
-	"hash/fnv"
 	"sync"
 	"time"
 
@@ -179,6 +178,16 @@ func (s *scheduler) UIDsOf(key types.NamespacedName) []types.UID {
 	return append([]types.UID(nil), s.byKey[key]...)
 }
 
+// NextDue returns the earliest due time of an armed bucket, and false when none is.
+func (s *scheduler) NextDue() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.heap) == 0 {
+		return time.Time{}, false
+	}
+	return s.heap[0].due, true
+}
+
 // PopDue dispatches every armed bucket due at or before until, earliest first.
 func (s *scheduler) PopDue(until time.Time) []dueBucket {
 	s.mu.Lock()
@@ -234,9 +243,7 @@ const minInterval = time.Second
 // does not push the following ones later.
 func nextDue(uid types.UID, interval time.Duration, now time.Time) time.Time {
 	interval = max(interval, minInterval)
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(uid))
-	phase := int64(h.Sum64() % uint64(interval)) //nolint:gosec // G115: the remainder is below interval, an int64
+	phase := int64(sharding.FNV64a(string(uid)) % uint64(interval)) //nolint:gosec // G115: the remainder is below interval, an int64
 
 	n := now.UnixNano() - phase
 	k := n / int64(interval)

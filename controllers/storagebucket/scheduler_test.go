@@ -200,44 +200,65 @@ func TestTickerDispatchesDueBucketsAndNeverBlocksShutdown(t *testing.T) {
 	}
 }
 
-func TestTickerSendsBucketsDueBeforeTheNextTick(t *testing.T) {
+func TestTickerSendsOnlyWhatIsDueAndWakesAtTheNextDueTime(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	s := newScheduler()
 	events := make(chan event.TypedGenericEvent[dueBucket], 10)
-	tk := &ticker{sched: s, events: events, period: time.Second, clock: clk}
-	s.Schedule(key(1), t0.Add(500*time.Millisecond))
+	tk := &ticker{sched: s, events: events, period: time.Minute, clock: clk}
+	s.Schedule(key(1), t0)
 	s.Schedule(key(2), t0.Add(1500*time.Millisecond))
-	tk.dispatch(t.Context())
-	if len(events) != 1 {
-		t.Fatalf("dispatched %d buckets, want the one due within the next tick", len(events))
+	ctx, cancel := contextWithCancel(t)
+	go func() { _ = tk.Start(ctx) }()
+	defer cancel()
+	select {
+	case e := <-events:
+		if e.Object.bucketRef != key(1) {
+			t.Fatalf("sent %+v, want the bucket due now", e.Object)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the bucket due now was not sent")
 	}
-	if e := <-events; e.Object.bucketRef != key(1) || !e.Object.Due.Equal(t0.Add(500*time.Millisecond)) {
-		t.Errorf("sent %+v", e.Object)
+	// The next bucket is sent when its due time comes, not a period later and not before.
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(1499 * time.Millisecond)
+	select {
+	case e := <-events:
+		t.Fatalf("sent %+v a millisecond early", e.Object)
+	case <-time.After(50 * time.Millisecond):
+	}
+	clk.Step(time.Millisecond)
+	select {
+	case e := <-events:
+		if e.Object.bucketRef != key(2) || !e.Object.Due.Equal(t0.Add(1500*time.Millisecond)) {
+			t.Errorf("sent %+v", e.Object)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the bucket due 1.5 s later was not sent at its due time")
 	}
 }
 
-func TestDueHandlerEnqueuesAtLowPriorityAtTheDueTime(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Now())
+func TestDueHandlerEnqueuesAtOnceBelowEveryEditAndResumesLast(t *testing.T) {
 	q := priorityqueue.New[reconcile.Request]("test")
 	defer q.ShutDown()
-	h := dueHandler(clk)
-	h.Generic(t.Context(), event.TypedGenericEvent[dueBucket]{Object: dueBucket{bucketRef: key(1), Due: clk.Now()}}, q)
+	h := dueHandler()
+	h.Generic(t.Context(), event.TypedGenericEvent[dueBucket]{Object: dueBucket{bucketRef: key(3), Due: t0, Resume: true}}, q)
+	h.Generic(t.Context(), event.TypedGenericEvent[dueBucket]{Object: dueBucket{bucketRef: key(1), Due: t0}}, q)
 	// A user's edit arrives later but at normal priority: it is served first.
 	q.Add(reconcile.Request{NamespacedName: key(2).Key})
-	if n := q.Len(); n != 2 { // Len flushes the add buffer, so both are in before the first Get
-		t.Fatalf("queue holds %d ready items, want 2", n)
+	if n := q.Len(); n != 3 { // Len flushes the add buffer, so all are in before the first Get
+		t.Fatalf("queue holds %d ready items, want 3", n)
 	}
-	first, prio, _ := q.GetWithPriority()
-	second, lowPrio, _ := q.GetWithPriority()
-	if first.Name != "b2" || prio != 0 || second.Name != "b1" || lowPrio != schedulePriority {
-		t.Errorf("got %s(%d) then %s(%d); want the edit b2(0) before the due bucket b1(%d)", first.Name, prio, second.Name, lowPrio, schedulePriority)
+	var got []string
+	for range 3 {
+		req, prio, _ := q.GetWithPriority()
+		got = append(got, fmt.Sprintf("%s(%d)", req.Name, prio))
+		q.Done(req)
 	}
-	q.Done(first)
-	q.Done(second)
-
-	h.Generic(t.Context(), event.TypedGenericEvent[dueBucket]{Object: dueBucket{bucketRef: key(3), Due: clk.Now().Add(time.Hour)}}, q)
-	if n := q.Len(); n != 0 {
-		t.Errorf("a bucket due in an hour is ready now (queue length %d)", n)
+	want := []string{"b2(0)", fmt.Sprintf("b1(%d)", schedulePriority), fmt.Sprintf("b3(%d)", resumePriority)}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("served %v, want the edit, then the due bucket, then the resumed one: %v", got, want)
 	}
 	var _ workqueue.TypedRateLimitingInterface[reconcile.Request] = q
 }

@@ -36,7 +36,8 @@ import (
 type Options struct {
 	// Concurrency bounds how many buckets are probed (reconciled) at once.
 	Concurrency int
-	// Tick is how often the ticker dispatches due buckets.
+	// Tick is the longest the ticker sleeps without looking at the schedule; it wakes
+	// at each bucket's due time anyway.
 	Tick time.Duration
 	// StatusHeartbeat is how often an unchanged status is still written, to refresh
 	// lastProbeTime.
@@ -85,7 +86,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"How many StorageBuckets are probed at once. Size it to cover the buckets due per second "+
 			"times the probe latency; a probe that times out holds its slot for the whole healthCheck.timeout.")
 	fs.DurationVar(&o.Tick, "storagebucket-tick", defaultTick,
-		"How often the leader dispatches the StorageBuckets that are due (each probe still starts at its own due time).")
+		"The longest the scheduler sleeps without looking at the schedule; it wakes at each StorageBucket's due time anyway.")
 	fs.DurationVar(&o.StatusHeartbeat, "storagebucket-status-heartbeat", defaultStatusHeartbeat,
 		"How often a StorageBucket status that did not change is still written, to refresh lastProbeTime. "+
 			"Changes (conditions, observedGeneration, certificate expiry) are written at once.")
@@ -238,7 +239,7 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		For(&phalanksv1beta1.StorageBucket{}, builder.WithPredicates(r.ownedOrDeleted(), specOrLifecycleChanged())).
 		WatchesRawSource(source.Kind(secrets, secretMetadata(), referenceChanged[*metav1.PartialObjectMetadata](r, kindSecret))).
 		WatchesMetadata(&corev1.ConfigMap{}, referenceChanged[client.Object](r, kindConfigMap)).
-		WatchesRawSource(source.Channel(due, dueHandler(o.Clock))).
+		WatchesRawSource(source.Channel(due, dueHandler())).
 		WatchesRawSource(source.Channel(handover, handoverHandler())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: o.Concurrency, NeedLeaderElection: new(o.Shard == nil)}).
 		WithLogConstructor(requestLogger(mgr.GetLogger().WithValues("controller", "storagebucket"))).

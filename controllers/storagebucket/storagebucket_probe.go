@@ -80,11 +80,13 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 	defer cancel()
 
 	target := s3probe.Target{
-		Endpoint:  in.endpoint,
-		Bucket:    sb.Spec.BucketName,
-		Depth:     s3probe.Depth(sb.Spec.HealthCheck.Depth),
-		Timeout:   timeout,
-		CanaryKey: phalanksv1beta1.CanaryPrefix + string(sb.UID),
+		Endpoint: in.endpoint,
+		Bucket:   sb.Spec.BucketName,
+		Depth:    s3probe.Depth(sb.Spec.HealthCheck.Depth),
+		Timeout:  timeout,
+	}
+	if target.Depth == s3probe.DepthReadWrite {
+		target.CanaryKey = phalanksv1beta1.CanaryPrefix + string(sb.UID)
 	}
 	check := checkInput{depth: target.Depth, anonymous: in.endpoint.Credentials == nil,
 		secure: strings.HasPrefix(in.key, "https://"), host: in.host, bucket: target.Bucket}
@@ -166,7 +168,7 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 	if check.manage != nil && check.manage.recordCreate {
 		st.obs.createdBucket = &phalanksv1beta1.CreatedBucket{Endpoint: sb.Spec.Endpoint, Region: sb.Spec.Region, Time: metav1.NewTime(now)}
 	}
-	r.record(sb, st, res, checkConditions(check), !marked)
+	r.record(sb, st, res, st.conditionsFor(check), !marked)
 	r.sched.Schedule(refOf(sb), nextDue(sb.UID, sb.Spec.HealthCheck.IntervalDuration(), now))
 	return st
 }
@@ -190,7 +192,7 @@ func stopped(ctx context.Context) bool { return errors.Is(ctx.Err(), context.Can
 // run probes the target and reports the result to the endpoint's circuit breaker,
 // re-checking at once the other buckets of an endpoint that answers again.
 func (r *Reconciler) run(ctx context.Context, sb *phalanksv1beta1.StorageBucket, st *bucketState, target s3probe.Target, cause probeCause) s3probe.Result {
-	probesTotal.WithLabelValues(string(cause)).Inc()
+	probeCounter(cause).Inc()
 	res := r.prober.Probe(ctx, target)
 	if stopped(ctx) {
 		return res // not the endpoint's doing: the breaker hears nothing of it
@@ -266,24 +268,24 @@ func seedState(sb *phalanksv1beta1.StorageBucket) *bucketState {
 // metrics only when the pass probed, rather than marked the bucket with its endpoint's
 // result).
 func (r *Reconciler) record(sb *phalanksv1beta1.StorageBucket, st *bucketState, res s3probe.Result, checks []metav1.Condition, probed bool) {
-	key := refOf(sb).Key
 	ready := readyCondition(checks).Status == metav1.ConditionTrue
 	st.obs.generation, st.obs.checks = sb.Generation, checks
 	st.obs.probedAt, st.obs.duration, st.obs.certNotAfter = res.Start, res.Duration, res.CertNotAfter
-	result := "success"
+	if st.up == nil {
+		st.up = bucketUp.WithLabelValues(sb.Namespace, sb.Name)
+	}
 	if ready {
 		st.obs.failures, st.obs.lastSuccess = 0, res.Start
-		bucketUp.WithLabelValues(key.Namespace, key.Name).Set(1)
+		st.up.Set(1)
 	} else {
 		st.obs.failures++
-		bucketUp.WithLabelValues(key.Namespace, key.Name).Set(0)
+		st.up.Set(0)
 	}
 	if probed {
 		if res.Failure != nil {
-			result = "failure"
 			probeFailures.WithLabelValues(string(res.Failure.Reason)).Inc()
 		}
-		probeDuration.WithLabelValues(string(res.Depth), result).Observe(res.Duration.Seconds())
+		durationObserver(res.Depth, res.Failure != nil).Observe(res.Duration.Seconds())
 	}
 	st.endpointDown = res.Failure != nil && taxonomy.EndpointDown(res.Failure.Reason)
 	r.mem.store(sb.UID, st)

@@ -78,6 +78,40 @@ type readOnlyReason struct {
 	reason, message string
 }
 
+// same reports whether two check inputs give the same conditions.
+func (in checkInput) same(o checkInput) bool {
+	return in.depth == o.depth && in.anonymous == o.anonymous && in.secure == o.secure && in.host == o.host &&
+		in.bucket == o.bucket && in.manageChecked == o.manageChecked && sameFailure(in.failure, o.failure) &&
+		sameManage(in.manage, o.manage) && samePointee(in.readOnly, o.readOnly)
+}
+
+func sameFailure(a, b *taxonomy.Failure) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Reason == b.Reason && a.Check == b.Check && a.Message == b.Message
+}
+
+func sameManage(a, b *manageResult) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.owned == b.owned && a.recordCreate == b.recordCreate && sameFailure(a.failure, b.failure) && a.fenced == nil && b.fenced == nil
+}
+
+func samePointee[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// heartbeatDue reports whether an unchanged status is to be written again, to refresh
+// lastProbeTime.
+func heartbeatDue(prev *phalanksv1beta1.StorageBucketStatus, probedAt time.Time, heartbeat time.Duration) bool {
+	return prev.LastProbeTime == nil || probedAt.Sub(prev.LastProbeTime.Time) >= heartbeat
+}
+
 // checkConditions returns the conditions of every check the pass covers, in order:
 // the checks before the failed one True, the failed one False with its reason, the
 // ones after it Unknown (not checked).
@@ -222,7 +256,7 @@ func desiredStatus(prev *phalanksv1beta1.StorageBucketStatus, in statusInput, he
 	switch {
 	case changed:
 		cause = writeChanged
-	case prev.LastProbeTime == nil || in.probedAt.Sub(prev.LastProbeTime.Time) >= heartbeat:
+	case heartbeatDue(prev, in.probedAt, heartbeat):
 		cause = writeHeartbeat
 	default:
 		return next, writeNone

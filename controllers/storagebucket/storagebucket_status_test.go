@@ -284,3 +284,65 @@ func TestDesiredStatusKeepsTheCreationRecord(t *testing.T) {
 		t.Errorf("an observation without the record: cause %s, createdBucket %+v; want it kept and nothing written", cause, kept.CreatedBucket)
 	}
 }
+
+// A pass that learned what the last one did reuses its conditions (a healthy bucket's
+// steady state), and only then: two check inputs are "the same" exactly when they make
+// the same conditions.
+func TestAnUnchangedPassReusesItsConditionsAndOnlyThen(t *testing.T) {
+	failure := func(r taxonomy.Reason, msg string) *taxonomy.Failure { return taxonomy.NewFailure(r, nil, "%s", msg) }
+	base := checkInput{depth: s3probe.DepthHeadBucket, secure: true, host: "h", bucket: "b"}
+	with := func(f func(*checkInput)) checkInput { in := base; f(&in); return in }
+	inputs := []checkInput{
+		base,
+		with(func(in *checkInput) { in.anonymous = true }),
+		with(func(in *checkInput) { in.secure = false }),
+		with(func(in *checkInput) { in.host = "other" }),
+		with(func(in *checkInput) { in.bucket = "other" }),
+		with(func(in *checkInput) { in.depth = s3probe.DepthReadWrite }),
+		with(func(in *checkInput) { in.failure = failure(taxonomy.ReasonConnectionRefused, "refused") }),
+		with(func(in *checkInput) { in.failure = failure(taxonomy.ReasonConnectionRefused, "refused again") }),
+		with(func(in *checkInput) { in.failure = failure(taxonomy.ReasonTimeout, "refused") }),
+		with(func(in *checkInput) { in.manage, in.manageChecked = &manageResult{owned: true}, true }),
+		with(func(in *checkInput) { in.manage, in.manageChecked = &manageResult{recordCreate: true}, true }),
+		with(func(in *checkInput) { in.manage, in.manageChecked = &manageResult{owned: true}, false }),
+		with(func(in *checkInput) {
+			in.manage, in.manageChecked = &manageResult{failure: notOursFailure("b", "")}, true
+		}),
+		with(func(in *checkInput) { in.readOnly = &readOnlyReason{reasonObjectLockReadOnly, "locked"} }),
+		with(func(in *checkInput) { in.readOnly = &readOnlyReason{reasonObjectLockNotVerified, "unknown"} }),
+	}
+	render := func(in checkInput) string { return fmt.Sprintf("%+v", checkConditions(in)) }
+	for i, a := range inputs {
+		// An equal input made afresh (new pointers, as every pass makes them).
+		again := a
+		if a.failure != nil {
+			f := *a.failure
+			again.failure = &f
+		}
+		if a.manage != nil {
+			m := *a.manage
+			again.manage = &m
+		}
+		if a.readOnly != nil {
+			r := *a.readOnly
+			again.readOnly = &r
+		}
+		st := &bucketState{}
+		first := st.conditionsFor(a)
+		second := st.conditionsFor(again)
+		if &first[0] != &second[0] || st.checksVersion != 1 {
+			t.Errorf("input %d: an equal pass rebuilt its conditions (version %d)", i, st.checksVersion)
+		}
+		for j, b := range inputs {
+			if i != j && a.same(b) && render(a) != render(b) {
+				t.Errorf("inputs %d and %d count as the same but make different conditions:\n%s\n%s", i, j, render(a), render(b))
+			}
+			if i != j && !a.same(b) && render(a) == render(b) {
+				t.Logf("inputs %d and %d make the same conditions but count as different (a rebuild, harmless)", i, j)
+			}
+		}
+		if changed := st.conditionsFor(inputs[(i+1)%len(inputs)]); render(inputs[(i+1)%len(inputs)]) != fmt.Sprintf("%+v", changed) {
+			t.Errorf("input %d: a changed pass kept the old conditions", i)
+		}
+	}
+}

@@ -14,8 +14,20 @@ import (
 // writeStatus writes the status computed from the newest observation, when it changed
 // or the heartbeat is due, and emits the events of its transitions. Once the status
 // records that this StorageBucket creates its bucket, the bucket is created at once.
+//
+// A pass that learned nothing new, on a StorageBucket whose status was found to show
+// that already, with no heartbeat due, does not compute the status at all: that is the
+// steady state of a healthy bucket, almost every probe.
 func (r *Reconciler) writeStatus(ctx context.Context, sb *phalanksv1beta1.StorageBucket, st *bucketState) error {
+	shown := st.shownKey(sb)
+	if st.shown == shown && !heartbeatDue(&sb.Status, st.obs.probedAt, r.opts.StatusHeartbeat) {
+		return nil
+	}
 	next, cause := desiredStatus(&sb.Status, st.obs, r.opts.StatusHeartbeat)
+	if cause == writeNone && st.shown != shown {
+		st.shown = shown
+		r.mem.store(sb.UID, st)
+	}
 	if cause != writeNone {
 		written, err := r.patchStatus(ctx, sb, next, string(cause))
 		if err != nil || !written {

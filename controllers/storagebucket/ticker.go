@@ -19,12 +19,15 @@ import (
 // elected leader only, or on every replica when the replicas share the buckets
 // through a shard ring (each then schedules only its own share).
 //
-// Every tick it dispatches the buckets due before the next tick and sends them into
-// the channel the controller watches; the handler delays each request until its due
-// time, so a bucket is probed on time rather than on the next tick.
+// It sleeps until the earliest due time on the schedule (or a kick, when something
+// became due sooner), pops every bucket due by then and sends them into the channel the
+// controller watches; the handler puts each straight into the queue. A due bucket thus
+// crosses one heap (the schedule) and one queue, once: the ticker decides when, the
+// channel delivers.
 type ticker struct {
 	sched  *scheduler
 	events chan<- event.TypedGenericEvent[dueBucket]
+	// period is the longest the ticker sleeps without looking at the schedule.
 	period time.Duration
 	clock  clock.WithTicker
 	// onDispatch observes how many buckets a wake-up dispatched.
@@ -38,22 +41,27 @@ func (t *ticker) NeedLeaderElection() bool { return t.leaderOnly }
 // Start runs until ctx ends. Sends give way to shutdown, so a full channel never
 // holds the manager up.
 func (t *ticker) Start(ctx context.Context) error {
-	tick := t.clock.NewTicker(t.period)
-	defer tick.Stop()
+	timer := t.clock.NewTimer(0)
+	defer timer.Stop()
 	for {
 		t.dispatch(ctx)
+		wait := t.period
+		if next, ok := t.sched.NextDue(); ok {
+			wait = min(wait, max(next.Sub(t.clock.Now()), 0))
+		}
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C():
+		case <-timer.C():
 		case <-t.sched.kick:
 		}
 	}
 }
 
 func (t *ticker) dispatch(ctx context.Context) {
-	due := t.sched.PopDue(t.clock.Now().Add(t.period))
-	if t.onDispatch != nil {
+	due := t.sched.PopDue(t.clock.Now())
+	if t.onDispatch != nil && len(due) > 0 {
 		t.onDispatch(len(due))
 	}
 	for _, d := range due {
@@ -75,24 +83,29 @@ const (
 	resumePriority   = handler.LowPriority - 1
 )
 
-// dueHandler enqueues a due bucket at low priority, delayed until its due time.
-func dueHandler(clk clock.PassiveClock) handler.TypedEventHandler[dueBucket, reconcile.Request] {
+// dueHandler enqueues a due bucket at once, at low priority.
+func dueHandler() handler.TypedEventHandler[dueBucket, reconcile.Request] {
 	return handler.TypedFuncs[dueBucket, reconcile.Request]{
 		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[dueBucket], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			req := reconcile.Request{NamespacedName: e.Object.Key}
-			after := max(e.Object.Due.Sub(clk.Now()), 0)
-			priority := schedulePriority
+			priority := &scheduleOpts
 			if e.Object.Resume {
-				priority = resumePriority
+				priority = &resumeOpts
 			}
 			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
-				pq.AddWithOpts(priorityqueue.AddOpts{After: after, Priority: &priority}, req)
+				pq.AddWithOpts(*priority, req)
 				return
 			}
-			q.AddAfter(req, after)
+			q.Add(req)
 		},
 	}
 }
+
+// The queue options of due buckets, made once.
+var (
+	scheduleOpts = priorityqueue.AddOpts{Priority: new(schedulePriority)}
+	resumeOpts   = priorityqueue.AddOpts{Priority: new(resumePriority)}
+)
 
 // handoverHandler enqueues the StorageBuckets of slots taken over at the scheduled
 // probes' low priority: a handover of thousands must not delay a user's edit, and the
@@ -102,7 +115,7 @@ func handoverHandler() handler.TypedEventHandler[*phalanksv1beta1.StorageBucket,
 		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*phalanksv1beta1.StorageBucket], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)}
 			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
-				pq.AddWithOpts(priorityqueue.AddOpts{Priority: new(schedulePriority)}, req)
+				pq.AddWithOpts(scheduleOpts, req)
 				return
 			}
 			q.Add(req)

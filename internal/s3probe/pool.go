@@ -62,20 +62,27 @@ type Endpoint struct {
 
 // Host returns the endpoint's host:port, or the URL when it does not parse.
 func (e Endpoint) Host() string {
-	u, err := url.Parse(e.URL)
-	if err != nil || u.Host == "" {
-		return e.URL
-	}
-	return u.Host
+	host, _ := e.HostAndKey()
+	return host
 }
 
 // Key names the endpoint for grouping buckets (scheme, host and port, lowercased).
 func (e Endpoint) Key() string {
+	_, key := e.HostAndKey()
+	return key
+}
+
+// HostAndKey returns Host and Key with one parse of the URL.
+func (e Endpoint) HostAndKey() (host, key string) {
 	u, err := url.Parse(e.URL)
 	if err != nil {
-		return strings.ToLower(e.URL)
+		return e.URL, strings.ToLower(e.URL)
 	}
-	return strings.ToLower(u.Scheme + "://" + u.Host)
+	host = u.Host
+	if host == "" {
+		host = e.URL
+	}
+	return host, strings.ToLower(u.Scheme + "://" + u.Host)
 }
 
 // Pool caches one http.Transport per (endpoint, CA bundle), so connections and TLS
@@ -100,6 +107,7 @@ type Pool struct {
 	UnresolvableViaProxy bool
 
 	mu         sync.Mutex
+	parsed     map[string]*url.URL
 	transports map[transportKey]*transportEntry
 	lastSweep  time.Time
 }
@@ -117,7 +125,9 @@ type clientKey struct {
 }
 
 type transportEntry struct {
-	rt      *http.Transport
+	rt *http.Transport
+	// url is scheme://host of the endpoint.
+	url     string
 	used    time.Time
 	clients map[clientKey]*clientEntry
 	// notAfter is the expiry (Unix nanoseconds) of the leaf certificate of the newest
@@ -151,7 +161,7 @@ func (c *Conn) CertNotAfter() time.Time {
 
 // Conn returns a client for the endpoint, creating the transport and client on first use.
 func (p *Pool) Conn(e Endpoint) (*Conn, error) {
-	u, err := url.Parse(e.URL)
+	u, err := p.parse(e.URL)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, taxonomy.NewFailure(taxonomy.ReasonUnclassified, err, "endpoint %q is not an http:// or https:// URL", e.URL)
 	}
@@ -191,8 +201,33 @@ func (p *Pool) Conn(e Endpoint) (*Conn, error) {
 		te.clients[ck] = ce
 	}
 	ce.used = now
-	return &Conn{Client: ce.c, Host: u.Host, url: u.Scheme + "://" + u.Host, entry: te}, nil
+	return &Conn{Client: ce.c, Host: u.Host, url: te.url, entry: te}, nil
 }
+
+// parse parses an endpoint URL, remembering the answer: every probe of every bucket
+// on an endpoint asks for the same one. The URL returned is shared: read it only.
+func (p *Pool) parse(raw string) (*url.URL, error) {
+	p.mu.Lock()
+	u, ok := p.parsed[raw]
+	p.mu.Unlock()
+	if ok {
+		return u, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.parsed == nil || len(p.parsed) >= maxParsed {
+		p.parsed = map[string]*url.URL{} // endpoints come and go with StorageBuckets: start over
+	}
+	p.parsed[raw] = u
+	return u, nil
+}
+
+// maxParsed bounds the remembered endpoint URLs.
+const maxParsed = 4096
 
 func (p *Pool) clock() clock.PassiveClock {
 	if p.Clock == nil {
@@ -220,7 +255,7 @@ func (p *Pool) newDialer() *dialer {
 }
 
 func (p *Pool) newTransport(u *url.URL, secure bool, caBundle []byte) (*transportEntry, error) {
-	te := &transportEntry{clients: map[clientKey]*clientEntry{}}
+	te := &transportEntry{clients: map[clientKey]*clientEntry{}, url: u.Scheme + "://" + u.Host}
 	d := p.newDialer()
 	rt := &http.Transport{
 		Proxy:                 d.proxyFor,

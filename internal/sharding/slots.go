@@ -36,9 +36,19 @@ const slotBits = 6
 // SlotOf returns the slot of an object UID: the top bits of the 64-bit FNV-1a hash
 // of the UID string, the hash KEP-5866's shardRange computes.
 func SlotOf(uid types.UID) int {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(uid))
-	return int(h.Sum64() >> (64 - slotBits))
+	return int(FNV64a(string(uid)) >> (64 - slotBits))
+}
+
+// FNV64a is the 64-bit FNV-1a hash of s, computed without allocating (it is taken
+// several times per probe).
+func FNV64a(s string) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= prime
+	}
+	return h
 }
 
 // Set is a set of slots.

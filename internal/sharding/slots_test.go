@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"testing"
 
@@ -122,6 +123,16 @@ func TestSlotsSpreadUIDsEvenly(t *testing.T) {
 		// 1000 expected per slot; 6 standard deviations is ±190.
 		if c < 810 || c > 1190 {
 			t.Fatalf("slot %d got %d of %d UIDs", slot, c, n)
+		}
+	}
+}
+
+func TestFNV64aIsTheStandardHash(t *testing.T) {
+	for _, s := range []string{"", "a", "0b5e6a1c-0000-4000-8000-000000000001", string(uuid.NewUUID())} {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(s))
+		if got, want := FNV64a(s), h.Sum64(); got != want {
+			t.Errorf("FNV64a(%q) = %x, want %x", s, got, want)
 		}
 	}
 }

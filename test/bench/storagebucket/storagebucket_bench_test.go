@@ -306,7 +306,14 @@ func setup(b *testing.B, n int) *scenario {
 	must(b, err)
 	sc.managerBin = filepath.Join(sc.dir, "manager")
 	sc.naiveBin = filepath.Join(sc.dir, "naive")
-	for bin, pkg := range map[string]string{sc.managerBin: ".", sc.naiveBin: "./test/bench/storagebucket/naive"} {
+	builds := map[string]string{sc.managerBin: ".", sc.naiveBin: "./test/bench/storagebucket/naive"}
+	// PHALANKS_BENCH_MANAGER_BIN measures a manager built elsewhere (an older commit,
+	// for a before/after comparison in one session).
+	if bin := os.Getenv("PHALANKS_BENCH_MANAGER_BIN"); bin != "" {
+		delete(builds, sc.managerBin)
+		sc.managerBin = bin
+	}
+	for bin, pkg := range builds {
 		cmd := exec.Command("go", "build", "-o", bin, pkg)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
