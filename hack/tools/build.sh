@@ -46,6 +46,16 @@ declare -A modules=(
 order=(gen lint kube kubectl kwok minio)
 optional=(olm opm peers node containerd cni)
 
+# Every other Kubernetes version the suites run on (docs/kubernetes-versions.md) is a
+# set kube-<minor> built from hack/tools/kube-<minor>, which hack/tools/kube-version.sh
+# writes: its control plane only, since the real node runs at the default version.
+for dir in "$tools"/kube-*/; do
+	[[ -f $dir/go.mod ]] || continue
+	set=$(basename "$dir")
+	packages[$set]="${packages[kube]}"
+	optional+=("$set")
+done
+
 # Roughly how long a first build of each set takes on two cores with an empty Go build
 # cache (measured on this project's CI machines), for the plan printed before building.
 declare -A estimate=(
@@ -66,11 +76,28 @@ declare -A cgo=(
 
 module_of() { echo "${modules[$1]:-$1}"; }
 
+estimate_of() {
+	case $1 in
+	kube-*) echo "${estimate[kube]}" ;;
+	*) echo "${estimate[$1]:-1}" ;;
+	esac
+}
+
+# A control plane of another Kubernetes version than the default's (kube-<minor>) is
+# linked into bin/<set>/ rather than bin/, beside the default one; the harnesses run it
+# when PHALANKS_KUBE_TOOLS names the set (test/harness/tools).
+link_dir_of() {
+	case $1 in
+	kube-*) echo "$bin/$1" ;;
+	*) echo "$bin" ;;
+	esac
+}
+
 # Kubernetes binaries report the version stamped into them; unstamped they claim v0.0.0,
 # which OLM and minKubeVersion checks reject.
 kube_ldflags() {
-	local version minor flags="" pkg
-	version=$(cd "$tools/kube" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
+	local module=$1 version minor flags="" pkg
+	version=$(cd "$tools/$module" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 	minor=${version#v1.}
 	minor=${minor%%.*}
 	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -81,8 +108,10 @@ kube_ldflags() {
 }
 
 ldflags_for() {
-	case $(module_of "$1") in
-	kube) echo "-s -w $(kube_ldflags)" ;;
+	local module
+	module=$(module_of "$1")
+	case $module in
+	kube | kube-*) echo "-s -w $(kube_ldflags "$module")" ;;
 	containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(cd "$tools/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)" ;;
 	*) echo "-s -w" ;;
 	esac
@@ -115,10 +144,10 @@ binaries_of() {
 }
 
 link() {
-	local dir=$1 f
-	mkdir -p "$bin"
+	local dir=$1 to=$2 f
+	mkdir -p "$to"
 	for f in "$dir"/*; do
-		ln -sfn "$f" "$bin/$(basename "$f")"
+		ln -sfn "$f" "$to/$(basename "$f")"
 	done
 }
 
@@ -138,8 +167,8 @@ plan() {
 	echo "tools: building ${#missing[@]} tool set(s) from the Go module proxy into $cache"
 	echo "tools: (first use on this machine; later runs and other clones reuse them at once)"
 	for set in "${missing[@]}"; do
-		printf 'tools:   %-8s about %2d min on 2 cores  %s\n' "$set" "${estimate[$set]:-1}" "$(binaries_of "$set")"
-		total=$((total + ${estimate[$set]:-1}))
+		printf 'tools:   %-9s about %2d min on 2 cores  %s\n' "$set" "$(estimate_of "$set")" "$(binaries_of "$set")"
+		total=$((total + $(estimate_of "$set")))
 	done
 	echo "tools: about $total min in all; each set is cached as soon as it is built"
 }
@@ -167,7 +196,7 @@ build_set() {
 	local set=$1 n=$2 of=$3 dir spec pkg name start log
 	dir=$(dir_for "$set")
 	if [[ -f $dir/.complete ]]; then
-		link "$dir"
+		link "$dir" "$(link_dir_of "$set")"
 		return
 	fi
 	start=$SECONDS
@@ -193,7 +222,7 @@ build_set() {
 	mv "$dir.tmp" "$dir"
 	rm -f "$log"
 	echo "tools: [$n/$of] $set built in $(duration $((SECONDS - start)))"
-	link "$dir"
+	link "$dir" "$(link_dir_of "$set")"
 }
 
 case ${1:-} in

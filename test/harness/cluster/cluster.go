@@ -122,6 +122,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err := c.StartAPIServer(); err != nil {
 		return nil, err
 	}
+	if err := c.checkVersion(); err != nil {
+		return nil, err
+	}
 	if err := c.startControllers(); err != nil {
 		return nil, err
 	}
@@ -346,6 +349,20 @@ func (c *Cluster) StartAPIServer() error {
 	pool.AppendCertsFromPEM(c.caPEM)
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	return process.WaitFor(c.api, 2*time.Minute, func() error { return process.HTTPOK(hc, c.Server+"/readyz", c.tokens["admin"]) })
+}
+
+// checkVersion fails unless kube-apiserver is the Kubernetes version the test was asked
+// to run (tools.EnvKubeTools).
+func (c *Cluster) checkVersion() error {
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	v, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		return fmt.Errorf("read the API server's version: %w", err)
+	}
+	return tools.CheckKubeVersion(v.GitVersion)
 }
 
 // StopAPIServer stops kube-apiserver, leaving etcd and the other components running.
