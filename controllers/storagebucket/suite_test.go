@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
@@ -83,6 +84,7 @@ var _ = BeforeSuite(func() {
 
 	mgr, err := env.NewManager()
 	Expect(err).NotTo(HaveOccurred())
+	mgr.GetWebhookServer().Register(denyStatusPath, &webhook.Admission{Handler: denyLabelledStatus})
 	// MinIO and the test servers listen on 127.0.0.1, which the endpoint policy denies
 	// unless the operator's administrator allows it.
 	reconciler, err = storagebucket.SetupForTest(mgr, storagebucket.Options{Concurrency: 8,
