@@ -32,6 +32,23 @@ KUBECTL := $(BIN)/kubectl
 # Test packages run in parallel; every harness picks its own ports and directories.
 GO_TEST_FLAGS ?= -race -count=1 -timeout=40m
 
+# The Kubernetes versions the suites run on (docs/kubernetes-versions.md). The default
+# tool sets (kube, kubectl, node) are the newest supported version; every other kept
+# version is a tool set kube-<minor> (hack/tools/kube-<minor>) holding its control plane,
+# which a suite runs when PHALANKS_KUBE_TOOLS names it. The oldest is the CSV's
+# minKubeVersion.
+KUBE_OLDEST := kube-1.29
+KUBE_VERSIONS := kube $(KUBE_OLDEST)
+# The suites that start an API server without a real node (envtest and the local cluster
+# with fake nodes): test-k8s-versions runs every one of them on every kept version.
+KUBE_SUITES = $(filter-out %/realnode,$(shell go list ./controllers/... ./internal/... ./test/e2e/... ./test/harness/envtest ./test/harness/cluster))
+# The ones that exercise what differs between API server versions, which make test also
+# runs on the oldest: CRD schemas and CEL rules (admission), the conversion webhook
+# (webhooks, outofcluster), KEP-5866 shard selectors and Leases (sharding), server-side
+# apply of workloads, HPAs and PDBs (scaling), rewriting stored objects (storagemigration).
+KUBE_OLDEST_SUITES := ./controllers/storagebucket ./controllers/scaling ./internal/webhooks ./internal/sharding \
+	./internal/storagemigration ./test/e2e/outofcluster
+
 # The OLM tooling (bundle and catalog generator, validation, scorecard checks) is a Go
 # module of its own, so operator-registry's dependency tree stays out of the operator's
 # go.mod. containers/image, which operator-registry pulls in, builds without the gpgme C
@@ -109,9 +126,15 @@ verify: tools-for-verify manifests generate catalog ## Regenerate everything (CR
 .PHONY: test
 # The real-node suites (test/e2e/realnode, test/harness/cluster/realnode) need root; the
 # first runs the operator image docker-build writes into IMAGE_LAYOUT.
-test: tools-for-test verify vet lint docker-build ## Run verify, vet, lint, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root).
+test: tools-for-test verify vet lint docker-build ## Run verify, vet, lint, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root); the API-server suites also on the oldest supported Kubernetes.
 	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) ./...
+	PHALANKS_KUBE_TOOLS=$(KUBE_OLDEST) go test $(GO_TEST_FLAGS) $(KUBE_OLDEST_SUITES)
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(GO_TEST_FLAGS) ./...
+
+# One version after the other: each run uses both cores.
+.PHONY: test-k8s-versions
+test-k8s-versions: tools-for-test-k8s-versions ## Run every envtest and local-cluster suite on every supported Kubernetes version (KUBE_VERSIONS).
+	$(foreach set,$(KUBE_VERSIONS),PHALANKS_KUBE_TOOLS=$(set) go test $(GO_TEST_FLAGS) $(KUBE_SUITES) && ) true
 
 .PHONY: test-e2e
 test-e2e: tools-for-test-e2e build ## Run the demo once: every sample must reach its expected state.
@@ -256,7 +279,10 @@ TOOLS_deploy := gen kubectl
 TOOLS_deploy-monitoring := gen kubectl
 TOOLS_undeploy := gen kubectl
 TOOLS_demo := gen kube kubectl kwok minio node containerd cni
-TOOLS_test := gen lint kube kubectl kwok minio node containerd cni
+TOOLS_test := gen lint kube kubectl kwok minio node containerd cni $(KUBE_OLDEST)
+# The local cluster's package can also start a real node, so its tests need the node's
+# sets built although these suites run fake nodes only.
+TOOLS_test-k8s-versions := gen kube kwok minio node containerd cni $(filter-out kube,$(KUBE_VERSIONS))
 TOOLS_test-e2e := $(TOOLS_demo)
 TOOLS_test-olm := gen kube kubectl kwok minio olm opm node containerd cni
 TOOLS_bench := kube kwok minio peers
@@ -290,7 +316,7 @@ tools: ## Build every default tool set into the per-machine cache (hack/tools/bu
 	hack/tools/build.sh
 
 # tools-<set> builds one set; tools-olm builds both OLM sets (olm and opm).
-TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni
+TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni $(filter-out kube,$(KUBE_VERSIONS))
 .PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*
