@@ -30,6 +30,7 @@ declare -A packages=(
 	[peers]="k8s.io/sample-controller"
 	[node]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
 	[containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
+	[sdk]="github.com/operator-framework/operator-sdk/cmd/operator-sdk github.com/operator-framework/operator-sdk/images/scorecard-test"
 	[cni]="github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap"
 )
 # The module (hack/tools/<module>) a set is built from, when it is not the set's name:
@@ -44,7 +45,7 @@ declare -A modules=(
 # Built by `make tools`; every make target builds the sets it needs itself (see the
 # TOOLS_* variables in the Makefile).
 order=(gen lint kube kubectl kwok minio)
-optional=(olm opm peers node containerd cni)
+optional=(sdk olm opm peers node containerd cni)
 
 # Every other Kubernetes version the suites run on (docs/kubernetes-versions.md) is a
 # set kube-<minor> built from hack/tools/kube-<minor>, which hack/tools/kube-version.sh
@@ -60,7 +61,7 @@ done
 # cache (measured on this project's CI machines), for the plan printed before building.
 declare -A estimate=(
 	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [opm]=3 [peers]=1
-	[node]=4 [containerd]=5 [cni]=1
+	[node]=4 [containerd]=5 [cni]=1 [sdk]=3
 )
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
@@ -68,6 +69,7 @@ declare -A estimate=(
 declare -A tags=(
 	[olm]="json1"
 	[opm]="json1,containers_image_openpgp"
+	[sdk]="containers_image_openpgp"
 	[containerd]="no_btrfs,no_devmapper,no_zfs"
 )
 declare -A cgo=(
@@ -107,11 +109,22 @@ kube_ldflags() {
 	echo "$flags"
 }
 
+# operator-sdk reports its version, and stamps it into the bundles it generates
+# (operators.operatorframework.io/builder) and the scorecard-test image references it
+# scaffolds, from these variables; unstamped they say "unknown".
+sdk_ldflags() {
+	local version pkg=github.com/operator-framework/operator-sdk/internal/version
+	version=$(cd "$tools/sdk" && go list -m -f '{{.Version}}' github.com/operator-framework/operator-sdk)
+	echo "-X $pkg.Version=$version -X $pkg.GitVersion=$version -X $pkg.ImageVersion=$version -X $pkg.GitCommit=release-$version" \
+		"-X $pkg.KubernetesVersion=$(cd "$tools/sdk" && go list -m -f '{{.Version}}' k8s.io/api | sed s/^v0/v1/)"
+}
+
 ldflags_for() {
 	local module
 	module=$(module_of "$1")
 	case $module in
 	kube | kube-*) echo "-s -w $(kube_ldflags "$module")" ;;
+	sdk) echo "-s -w $(sdk_ldflags)" ;;
 	containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(cd "$tools/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)" ;;
 	*) echo "-s -w" ;;
 	esac

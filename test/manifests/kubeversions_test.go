@@ -57,8 +57,9 @@ func minKubeVersion(t *testing.T, path string) string {
 	return csv.Spec.MinKubeVersion
 }
 
-// The versions the CSV, the README and the versions page claim are the versions the
-// suites run on: minKubeVersion is the oldest one, and the docs name both ends.
+// The versions the CSV, the README, the versions page and the OperatorHub checks claim
+// are the versions the suites run on: minKubeVersion is the oldest one, OperatorHub's
+// validators check against the newest, and the docs name both ends.
 func TestClaimedKubernetesVersionsAreTheTestedOnes(t *testing.T) {
 	root, err := tools.RepoRoot()
 	if err != nil {
@@ -72,6 +73,14 @@ func TestClaimedKubernetesVersionsAreTheTestedOnes(t *testing.T) {
 		if got := minKubeVersion(t, filepath.Join(root, csv)); got != oldest+".0" {
 			t.Errorf("%s: minKubeVersion %q, but the oldest version the suites run on is %s", csv, got, oldest)
 		}
+	}
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`(?m)^OPERATORHUB_K8S_VERSION \?= (\S+)$`).FindSubmatch(makefile); m == nil || string(m[1]) != newest {
+		t.Errorf("the Makefile's OPERATORHUB_K8S_VERSION (the Kubernetes OperatorHub's validators check against) is %q, "+
+			"not %s, the newest version the suites run on", m, newest)
 	}
 	claim := "Kubernetes " + oldest + " to " + newest
 	for _, doc := range []string{"README.md", "docs/kubernetes-versions.md"} {
