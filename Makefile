@@ -178,8 +178,21 @@ bench: tools-for-bench build ## Run the scenario benchmarks under test/bench (BE
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager binary.
+build: ## Build the manager binary and the kubectl plugin bin/kubectl-phalanks.
 	go build -o $(BIN)/manager .
+	go build -o $(BIN)/kubectl-phalanks ./cmd/kubectl-phalanks
+
+# Where install-plugin puts kubectl-phalanks: a directory on PATH, where kubectl finds
+# plugins.
+PLUGIN_DIR ?= /usr/local/bin
+.PHONY: install-plugin
+install-plugin: build ## Install kubectl-phalanks into PLUGIN_DIR (default /usr/local/bin), so that `kubectl phalanks` runs it.
+	install -m 0755 $(BIN)/kubectl-phalanks $(PLUGIN_DIR)/kubectl-phalanks
+
+.PHONY: plugin-dist
+plugin-dist: tools-for-plugin-dist ## Build kubectl-phalanks release archives for every platform and their krew manifest into bin/plugin-dist, checked by krew's validator.
+	go run ./hack/krew -version v$(VERSION) -out $(BIN)/plugin-dist
+	$(BIN)/validate-krew-manifest -manifest $(BIN)/plugin-dist/phalanks.yaml -skip-install
 
 .PHONY: run
 run: tools-for-run manifests generate ## Run the manager against the current kubeconfig (webhook on a self-signed certificate).
@@ -321,13 +334,14 @@ TOOLS_deploy := gen kubectl
 TOOLS_deploy-monitoring := gen kubectl
 TOOLS_undeploy := gen kubectl
 TOOLS_demo := gen kube kubectl kwok minio node containerd cni
-TOOLS_test := gen sdk lint kube kubectl kwok minio node containerd cni $(KUBE_OLDEST)
+TOOLS_test := gen sdk lint kube kubectl kwok minio node containerd cni krew $(KUBE_OLDEST)
 # The local cluster's package can also start a real node, so its tests need the node's
 # sets built although these suites run fake nodes only.
 TOOLS_test-k8s-versions := gen kube kwok minio node containerd cni $(filter-out kube,$(KUBE_VERSIONS))
 TOOLS_test-e2e := $(TOOLS_demo)
 TOOLS_test-olm := gen sdk kube kubectl kwok minio olm opm node containerd cni
 TOOLS_bench := kube kwok minio peers
+TOOLS_plugin-dist := krew
 TOOLS_scorecard := sdk
 TOOLS_operatorhub := sdk
 TOOLS_validate-multiarch := gen sdk
@@ -359,7 +373,7 @@ tools: ## Build every default tool set into the per-machine cache (hack/tools/bu
 	hack/tools/build.sh
 
 # tools-<set> builds one set; tools-olm builds both OLM sets (olm and opm).
-TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni $(filter-out kube,$(KUBE_VERSIONS))
+TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni krew $(filter-out kube,$(KUBE_VERSIONS))
 .PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*

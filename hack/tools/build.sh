@@ -28,6 +28,7 @@ declare -A packages=(
 	[olm]="github.com/operator-framework/operator-lifecycle-manager/cmd/olm github.com/operator-framework/operator-lifecycle-manager/cmd/catalog github.com/operator-framework/operator-lifecycle-manager/cmd/package-server"
 	[opm]="github.com/operator-framework/operator-registry/cmd/opm"
 	[peers]="k8s.io/sample-controller"
+	[krew]="sigs.k8s.io/krew/cmd/krew sigs.k8s.io/krew/cmd/validate-krew-manifest"
 	[node]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
 	[containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
 	[sdk]="github.com/operator-framework/operator-sdk/cmd/operator-sdk github.com/operator-framework/operator-sdk/images/scorecard-test"
@@ -45,7 +46,7 @@ declare -A modules=(
 # Built by `make tools`; every make target builds the sets it needs itself (see the
 # TOOLS_* variables in the Makefile).
 order=(gen lint kube kubectl kwok minio)
-optional=(sdk olm opm peers node containerd cni)
+optional=(sdk olm opm peers node containerd cni krew)
 
 # Every other Kubernetes version the suites run on (docs/kubernetes-versions.md) is a
 # set kube-<minor> built from hack/tools/kube-<minor>, which hack/tools/kube-version.sh
@@ -61,7 +62,7 @@ done
 # cache (measured on this project's CI machines), for the plan printed before building.
 declare -A estimate=(
 	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [opm]=3 [peers]=1
-	[node]=4 [containerd]=5 [cni]=1 [sdk]=3
+	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1
 )
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
