@@ -273,6 +273,12 @@ func (m *Member) renew(ctx context.Context) error {
 	}
 	l.Annotations[SlotsAnnotation] = slots
 	updated, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+	if err != nil && ctx.Err() != nil {
+		// Stopped mid-renewal: keep the Lease last stored, which leave deletes. (Had the
+		// cancelled write landed, the delete's resourceVersion no longer matches, and the
+		// Lease expires as before.)
+		return fmt.Errorf("renew Lease %s: %w", l.Name, err)
+	}
 	if err != nil {
 		// A conflict or a deleted Lease: start again from the stored one (or none).
 		m.lease = nil
