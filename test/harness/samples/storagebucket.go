@@ -1,4 +1,4 @@
-package main
+package samples
 
 import (
 	"context"
@@ -17,28 +17,24 @@ import (
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 )
 
-var storageBucketKind = schema.GroupKind{Group: phalanksv1beta1.GroupVersion.Group, Kind: "StorageBucket"}
+// StorageBucketKind is the StorageBucket samples' kind.
+var StorageBucketKind = schema.GroupKind{Group: phalanksv1beta1.GroupVersion.Group, Kind: "StorageBucket"}
 
-func init() {
-	adapters[storageBucketKind] = adaptStorageBucket
-	expectations[storageBucketKind] = storageBucketReady
-}
-
-// adaptStorageBucket points a StorageBucket sample at the demo's MinIO (plain HTTP on
-// loopback, so without a CA bundle), creates its credentials Secret with the MinIO
-// keys, and, for a bucket that is only observed, creates the bucket it expects. Samples
-// of the first release's v1alpha1 API get the same, in that API's fields.
-func adaptStorageBucket(ctx context.Context, e *env, obj *unstructured.Unstructured) error {
+// adaptStorageBucket points a StorageBucket sample at the environment's MinIO (plain
+// HTTP, so without a CA bundle), creates its credentials Secret with the MinIO keys,
+// and, for a bucket that is only observed, creates the bucket it expects. Samples of the
+// first release's v1alpha1 API get the same, in that API's fields.
+func adaptStorageBucket(ctx context.Context, e Env, obj *unstructured.Unstructured) error {
 	spec, _, err := unstructured.NestedMap(obj.Object, "spec")
 	if err != nil {
 		return err
 	}
-	spec["region"] = e.s3.Region
+	spec["region"] = e.S3.Region
 	if obj.GroupVersionKind().Version == phalanksv1alpha1.GroupVersion.Version {
-		spec["endpoint"] = e.s3.Endpoint
+		spec["endpoint"] = e.S3.Endpoint
 		spec["insecure"] = true
 	} else {
-		spec["endpoint"] = e.s3.URL
+		spec["endpoint"] = e.S3.URL
 		spec["insecureAllowHTTP"] = true
 		delete(spec, "caBundle")
 	}
@@ -55,23 +51,23 @@ func adaptStorageBucket(ctx context.Context, e *env, obj *unstructured.Unstructu
 		secret := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: ref.Name,
 				Labels: map[string]string{phalanksv1beta1.LabelSecretAllowed: "true"}},
-			StringData: map[string]string{idKey: e.s3.AccessKey, secretKey: e.s3.SecretKey},
+			StringData: map[string]string{idKey: e.S3.AccessKey, secretKey: e.S3.SecretKey},
 		}
-		if err := e.client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := e.Client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create credentials Secret %s: %w", ref.Name, err)
 		}
 	}
 	if sb.Spec.ManagementPolicy != phalanksv1beta1.ManagementManage {
-		err := e.s3.MakeBucket(ctx, sb.Spec.BucketName, miniogo.MakeBucketOptions{})
+		err := e.S3.MakeBucket(ctx, sb.Spec.BucketName, miniogo.MakeBucketOptions{})
 		if code := miniogo.ToErrorResponse(err).Code; err != nil && code != "BucketAlreadyOwnedByYou" {
-			return fmt.Errorf("create bucket %s in the demo MinIO: %w", sb.Spec.BucketName, err)
+			return fmt.Errorf("create bucket %s in MinIO: %w", sb.Spec.BucketName, err)
 		}
 	}
 	return nil
 }
 
 // storageBucketReady expects every StorageBucket sample to become Ready.
-func storageBucketReady(_ context.Context, _ *env, obj *unstructured.Unstructured) (bool, string, error) {
+func storageBucketReady(_ context.Context, _ Env, obj *unstructured.Unstructured) (bool, string, error) {
 	sb, err := asHub(obj)
 	if err != nil {
 		return false, "", err
