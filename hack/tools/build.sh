@@ -30,6 +30,8 @@ declare -A packages=(
 	[peers]="k8s.io/sample-controller"
 	[node]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
 	[containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
+	[prometheus]="github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool"
+	[prometheus-operator]="github.com/prometheus-operator/prometheus-operator/cmd/operator=prometheus-operator github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader"
 	[cni]="github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap"
 )
 # The module (hack/tools/<module>) a set is built from, when it is not the set's name:
@@ -44,13 +46,13 @@ declare -A modules=(
 # Built by `make tools`; every make target builds the sets it needs itself (see the
 # TOOLS_* variables in the Makefile).
 order=(gen lint kube kubectl kwok minio)
-optional=(olm opm peers node containerd cni)
+optional=(olm opm peers node containerd cni prometheus prometheus-operator)
 
 # Roughly how long a first build of each set takes on two cores with an empty Go build
 # cache (measured on this project's CI machines), for the plan printed before building.
 declare -A estimate=(
 	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [opm]=3 [peers]=1
-	[node]=4 [containerd]=5 [cni]=1
+	[node]=4 [containerd]=5 [cni]=1 [prometheus]=5 [prometheus-operator]=3
 )
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
@@ -80,9 +82,21 @@ kube_ldflags() {
 	echo "$flags"
 }
 
+# Prometheus and the Prometheus Operator report the version stamped into
+# prometheus/common/version (prometheus_build_info, --version). Prometheus's Go module
+# versions v0.3XX.Y are its releases v3.XX.Y.
+prometheus_version() {
+	local v
+	v=$(cd "$tools/prometheus" && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)
+	v=${v#v0.}
+	echo "${v:0:1}.${v:1}"
+}
+
 ldflags_for() {
 	case $(module_of "$1") in
 	kube) echo "-s -w $(kube_ldflags)" ;;
+	prometheus) echo "-s -w -X github.com/prometheus/common/version.Version=$(prometheus_version)" ;;
+	prometheus-operator) echo "-s -w -X github.com/prometheus/common/version.Version=$(cd "$tools/prometheus-operator" && go list -m -f '{{.Version}}' github.com/prometheus-operator/prometheus-operator | sed 's/^v//')" ;;
 	containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(cd "$tools/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)" ;;
 	*) echo "-s -w" ;;
 	esac
