@@ -576,7 +576,7 @@ func scorecardConfig(objs []*unstructured.Unstructured, image string) (*unstruct
 	return cfg, nil
 }
 
-// leaveCertManagerToOLM removes what config/default adds for cert-manager, derived from
+// leaveCertManagerToOLM removes what config/certmanager adds for cert-manager, derived from
 // the objects themselves: cert-manager objects, cert-manager annotations (CA injection),
 // and the Deployment volumes (and their mounts) of the Secrets cert-manager Certificates
 // write. Under OLM, OLM issues the webhook certificate and mounts it where the manager

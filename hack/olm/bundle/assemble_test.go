@@ -277,7 +277,7 @@ func TestSamplesOfOtherKindsStayOutOfTheBundle(t *testing.T) {
 	}
 }
 
-// TestCertManagerPiecesAreLeftToOLM: whatever config/default adds for cert-manager (the
+// TestCertManagerPiecesAreLeftToOLM: whatever config/certmanager adds for cert-manager (the
 // Issuer and Certificate, the CA injection annotation, the Deployment volume of the
 // certificate's Secret and its mount) stays out of the bundle, and the generator says so.
 func TestCertManagerPiecesAreLeftToOLM(t *testing.T) {

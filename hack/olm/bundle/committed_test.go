@@ -175,7 +175,13 @@ func TestBundleLeavesCertificatesToOLM(t *testing.T) {
 		}
 		for _, c := range pod.Containers {
 			for _, a := range c.Args {
-				if strings.Contains(a, "cert") {
+				switch {
+				case strings.HasPrefix(a, "--webhook-cert-rotation"):
+					// The manager's own certificate rotation would fight OLM over the CRD's CA.
+					if a != "--webhook-cert-rotation=false" {
+						t.Errorf("container %s argument %q: under OLM the certificate rotation must be off", c.Name, a)
+					}
+				case strings.Contains(a, "cert"):
 					t.Errorf("container %s argument %q: the manager reads OLM's certificate path by default", c.Name, a)
 				}
 			}
