@@ -110,6 +110,9 @@ verify: tools-for-verify manifests generate catalog ## Regenerate everything (CR
 # The real-node suites (test/e2e/realnode, test/harness/cluster/realnode) need root; the
 # first runs the operator image docker-build writes into IMAGE_LAYOUT.
 test: tools-for-test verify vet lint docker-build ## Run verify, vet, lint, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root).
+	@# The real-node suite installs the Prometheus Operator from its module's bundle.yaml,
+	@# inside a sandbox without network.
+	go -C hack/tools/prometheus-operator mod download github.com/prometheus-operator/prometheus-operator
 	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) ./...
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(GO_TEST_FLAGS) ./...
 
