@@ -28,8 +28,10 @@ declare -A packages=(
 	[olm]="github.com/operator-framework/operator-lifecycle-manager/cmd/olm github.com/operator-framework/operator-lifecycle-manager/cmd/catalog github.com/operator-framework/operator-lifecycle-manager/cmd/package-server"
 	[opm]="github.com/operator-framework/operator-registry/cmd/opm"
 	[peers]="k8s.io/sample-controller"
+	[krew]="sigs.k8s.io/krew/cmd/krew sigs.k8s.io/krew/cmd/validate-krew-manifest"
 	[node]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
 	[containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
+	[sdk]="github.com/operator-framework/operator-sdk/cmd/operator-sdk github.com/operator-framework/operator-sdk/images/scorecard-test"
 	[prometheus]="github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool"
 	[prometheus-operator]="github.com/prometheus-operator/prometheus-operator/cmd/operator=prometheus-operator github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader"
 	[cni]="github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap"
@@ -46,13 +48,13 @@ declare -A modules=(
 # Built by `make tools`; every make target builds the sets it needs itself (see the
 # TOOLS_* variables in the Makefile).
 order=(gen lint kube kubectl kwok minio)
-optional=(olm opm peers node containerd cni prometheus prometheus-operator)
+optional=(sdk olm opm peers node containerd cni krew prometheus prometheus-operator)
 
 # Roughly how long a first build of each set takes on two cores with an empty Go build
 # cache (measured on this project's CI machines), for the plan printed before building.
 declare -A estimate=(
 	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [opm]=3 [peers]=1
-	[node]=4 [containerd]=5 [cni]=1 [prometheus]=5 [prometheus-operator]=3
+	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1 [prometheus]=5 [prometheus-operator]=3
 )
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
@@ -60,6 +62,7 @@ declare -A estimate=(
 declare -A tags=(
 	[olm]="json1"
 	[opm]="json1,containers_image_openpgp"
+	[sdk]="containers_image_openpgp"
 	[containerd]="no_btrfs,no_devmapper,no_zfs"
 )
 declare -A cgo=(
@@ -82,6 +85,16 @@ kube_ldflags() {
 	echo "$flags"
 }
 
+# operator-sdk reports its version, and stamps it into the bundles it generates
+# (operators.operatorframework.io/builder) and the scorecard-test image references it
+# scaffolds, from these variables; unstamped they say "unknown".
+sdk_ldflags() {
+	local version pkg=github.com/operator-framework/operator-sdk/internal/version
+	version=$(cd "$tools/sdk" && go list -m -f '{{.Version}}' github.com/operator-framework/operator-sdk)
+	echo "-X $pkg.Version=$version -X $pkg.GitVersion=$version -X $pkg.ImageVersion=$version -X $pkg.GitCommit=release-$version" \
+		"-X $pkg.KubernetesVersion=$(cd "$tools/sdk" && go list -m -f '{{.Version}}' k8s.io/api | sed s/^v0/v1/)"
+}
+
 # Prometheus and the Prometheus Operator report the version stamped into
 # prometheus/common/version (prometheus_build_info, --version). Prometheus's Go module
 # versions v0.3XX.Y are its releases v3.XX.Y.
@@ -97,6 +110,7 @@ ldflags_for() {
 	kube) echo "-s -w $(kube_ldflags)" ;;
 	prometheus) echo "-s -w -X github.com/prometheus/common/version.Version=$(prometheus_version)" ;;
 	prometheus-operator) echo "-s -w -X github.com/prometheus/common/version.Version=$(cd "$tools/prometheus-operator" && go list -m -f '{{.Version}}' github.com/prometheus-operator/prometheus-operator | sed 's/^v//')" ;;
+	sdk) echo "-s -w $(sdk_ldflags)" ;;
 	containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(cd "$tools/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)" ;;
 	*) echo "-s -w" ;;
 	esac

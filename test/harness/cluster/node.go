@@ -291,7 +291,17 @@ func (n *node) startRegistry(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.registry, err = imagebuild.StartRegistry(registryListen, imagebuild.RegistryOptions{BlobDir: filepath.Join(n.dir, "registry"), Log: log})
+	serving, err := n.c.ca.Issue(certs.LeafOptions{CommonName: "local-registry", Hosts: []string{"localhost", "127.0.0.1"}})
+	if err != nil {
+		return err
+	}
+	if err := serving.Write(n.c.pki, "registry.crt", "registry.key"); err != nil {
+		return err
+	}
+	n.registry, err = imagebuild.StartRegistry(registryListen, imagebuild.RegistryOptions{
+		BlobDir: filepath.Join(n.dir, "registry"), Log: log,
+		TLSAddr: registryTLSListen, TLSCertFile: n.c.pkiPath("registry.crt"), TLSKeyFile: n.c.pkiPath("registry.key"),
+	})
 	if err != nil {
 		_ = log.Close()
 		return err
@@ -305,8 +315,12 @@ func (n *node) startRegistry(ctx context.Context) error {
 	return err
 }
 
-// registryListen is where the local registry listens: RegistryHost, by address.
-const registryListen = "127.0.0.1:5000"
+// registryListen and registryTLSListen are where the local registry listens:
+// RegistryHost and RegistryTLSHost, by address.
+const (
+	registryListen    = "127.0.0.1:5000"
+	registryTLSListen = "127.0.0.1:5443"
+)
 
 // Push pushes an image or an image index to the real node's local registry as
 // RegistryHost/repository, where repository is "path/name:tag", and returns its reference

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -65,32 +66,41 @@ func BuildImages(ctx context.Context) (*Images, error) {
 		PrometheusVersion: "v" + promVersion,
 		built:             map[string]v1.Image{},
 	}
-	for repo, spec := range map[string]struct{ binary, path, workDir, port string }{
-		im.Operator:       {"prometheus-operator", "/bin/operator", "", "8080/tcp"},
-		im.ConfigReloader: {"prometheus-config-reloader", "/bin/prometheus-config-reloader", "", "8080/tcp"},
-		im.Prometheus:     {"prometheus", "/bin/prometheus", "/prometheus", "9090/tcp"},
-	} {
-		bin, err := tools.Path(spec.binary)
-		if err != nil {
-			return nil, err
-		}
-		entries := []imagebuild.Entry{imagebuild.HostFile(spec.path, bin, 0o755)}
-		if spec.workDir != "" {
-			entries = append(entries, imagebuild.Dir(spec.workDir, 0o777).Owner(65534, 65534))
-		}
-		img, err := imagebuild.Image(imagebuild.Config{
-			Platform:     images.Platform(),
-			Entrypoint:   []string{spec.path},
-			User:         "65534:65534",
-			WorkingDir:   spec.workDir,
-			ExposedPorts: []string{spec.port},
-		}, entries)
-		if err != nil {
-			return nil, fmt.Errorf("image %s: %w", repo, err)
-		}
-		im.built[repo] = img
+	var errs []error
+	im.built[im.Operator], err = binaryImage("prometheus-operator", "/bin/operator", "", "8080/tcp")
+	errs = append(errs, err)
+	im.built[im.ConfigReloader], err = binaryImage("prometheus-config-reloader", "/bin/prometheus-config-reloader", "", "8080/tcp")
+	errs = append(errs, err)
+	im.built[im.Prometheus], err = binaryImage("prometheus", "/bin/prometheus", "/prometheus", "9090/tcp")
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return im, nil
+}
+
+// binaryImage lays a tool binary out as its upstream Dockerfile does: at path, the
+// entrypoint, run as nobody, in workDir (created writable) when there is one.
+func binaryImage(binary, path, workDir, port string) (v1.Image, error) {
+	bin, err := tools.Path(binary)
+	if err != nil {
+		return nil, err
+	}
+	entries := []imagebuild.Entry{imagebuild.HostFile(path, bin, 0o755)}
+	if workDir != "" {
+		entries = append(entries, imagebuild.Dir(workDir, 0o777).Owner(65534, 65534))
+	}
+	img, err := imagebuild.Image(imagebuild.Config{
+		Platform:     images.Platform(),
+		Entrypoint:   []string{path},
+		User:         "65534:65534",
+		WorkingDir:   workDir,
+		ExposedPorts: []string{port},
+	}, entries)
+	if err != nil {
+		return nil, fmt.Errorf("image of %s: %w", binary, err)
+	}
+	return img, nil
 }
 
 // Push pushes each image with push (a real node's Cluster.Push).

@@ -1,6 +1,7 @@
-// Package samples applies config/samples to a local cluster, the way `make demo` and the
-// real-node end-to-end suite show them working: each sample adapted to what the cluster
-// has (StorageBuckets pointed at the test's MinIO with its credentials, pods running the
+// Package samples applies the project's examples (config/samples, the CSV's
+// alm-examples) to a local cluster, the way `make demo` and the end-to-end suites show the
+// very samples users see working: each sample adapted to what the cluster has
+// (StorageBuckets pointed at the test's MinIO with its credentials, pods running the
 // node's testapp image instead of images that cannot be pulled here), and an expected
 // state per kind (a StorageBucket Ready, a Foo's Deployment available). Callers may
 // replace the adapter or expectation of a kind (the demo gives the scheduled-scaling
@@ -63,7 +64,12 @@ func Expectations() map[Kind]Expectation {
 // DeploymentKind is the kind of the scheduled-scaling sample.
 var DeploymentKind = Kind{Group: "apps", Kind: "Deployment"}
 
-// Render returns config/samples as kustomize builds it.
+// Dirs are the sample kustomizations: the custom resources (which the bundle's
+// alm-examples come from, so they hold nothing else) and the workloads that show
+// scheduled scaling.
+var Dirs = []string{"config/samples", "config/samples/workloads"}
+
+// Render returns the samples of Dirs as kustomize builds them.
 func Render(ctx context.Context) ([]*unstructured.Unstructured, error) {
 	root, err := tools.RepoRoot()
 	if err != nil {
@@ -73,30 +79,33 @@ func Render(ctx context.Context) ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, err
 	}
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, kustomize, "build", filepath.Join(root, "config", "samples"))
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("kustomize build config/samples: %w: %s", err, stderr.String())
-	}
 	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := dec.Decode(&obj.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
-			return nil, fmt.Errorf("decode samples: %w", err)
+	for _, d := range Dirs {
+		var stderr bytes.Buffer
+		cmd := exec.CommandContext(ctx, kustomize, "build", filepath.Join(root, d))
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("kustomize build %s: %w: %s", d, err, stderr.String())
 		}
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+		for {
+			obj := &unstructured.Unstructured{}
+			if err := dec.Decode(&obj.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return nil, fmt.Errorf("decode %s: %w", d, err)
+			}
+			if len(obj.Object) > 0 {
+				objs = append(objs, obj)
+			}
 		}
 	}
+	return objs, nil
 }
 
-// Apply renders config/samples and applies each sample, adapted by the adapter of its
+// Apply renders the samples and applies each one, adapted by the adapter of its
 // kind, into the environment's namespace with server-side apply as fieldOwner. It
 // returns the samples as applied.
 func Apply(ctx context.Context, e Env, adapters map[Kind]Adapter, fieldOwner string) ([]*unstructured.Unstructured, error) {
