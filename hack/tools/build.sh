@@ -32,6 +32,8 @@ declare -A packages=(
 	[node]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
 	[containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
 	[sdk]="github.com/operator-framework/operator-sdk/cmd/operator-sdk github.com/operator-framework/operator-sdk/images/scorecard-test"
+	[prometheus]="github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool"
+	[prometheus-operator]="github.com/prometheus-operator/prometheus-operator/cmd/operator=prometheus-operator github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader"
 	[cni]="github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap"
 )
 # The module (hack/tools/<module>) a set is built from, when it is not the set's name:
@@ -46,7 +48,7 @@ declare -A modules=(
 # Built by `make tools`; every make target builds the sets it needs itself (see the
 # TOOLS_* variables in the Makefile).
 order=(gen lint kube kubectl kwok minio)
-optional=(sdk olm opm peers node containerd cni krew)
+optional=(sdk olm opm peers node containerd cni krew prometheus prometheus-operator)
 
 # Every other Kubernetes version the suites run on (docs/kubernetes-versions.md) is a
 # set kube-<minor> built from hack/tools/kube-<minor>, which hack/tools/kube-version.sh
@@ -62,7 +64,7 @@ done
 # cache (measured on this project's CI machines), for the plan printed before building.
 declare -A estimate=(
 	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [opm]=3 [peers]=1
-	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1
+	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1 [prometheus]=5 [prometheus-operator]=3
 )
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
@@ -120,11 +122,23 @@ sdk_ldflags() {
 		"-X $pkg.KubernetesVersion=$(cd "$tools/sdk" && go list -m -f '{{.Version}}' k8s.io/api | sed s/^v0/v1/)"
 }
 
+# Prometheus and the Prometheus Operator report the version stamped into
+# prometheus/common/version (prometheus_build_info, --version). Prometheus's Go module
+# versions v0.3XX.Y are its releases v3.XX.Y.
+prometheus_version() {
+	local v
+	v=$(cd "$tools/prometheus" && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)
+	v=${v#v0.}
+	echo "${v:0:1}.${v:1}"
+}
+
 ldflags_for() {
 	local module
 	module=$(module_of "$1")
 	case $module in
 	kube | kube-*) echo "-s -w $(kube_ldflags "$module")" ;;
+	prometheus) echo "-s -w -X github.com/prometheus/common/version.Version=$(prometheus_version)" ;;
+	prometheus-operator) echo "-s -w -X github.com/prometheus/common/version.Version=$(cd "$tools/prometheus-operator" && go list -m -f '{{.Version}}' github.com/prometheus-operator/prometheus-operator | sed 's/^v//')" ;;
 	sdk) echo "-s -w $(sdk_ldflags)" ;;
 	containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(cd "$tools/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)" ;;
 	*) echo "-s -w" ;;
