@@ -28,12 +28,14 @@ import (
 	"github.com/cert-manager/cert-manager/pkg/controller"
 	"github.com/cert-manager/cert-manager/pkg/controller/cainjector"
 	logf "github.com/cert-manager/cert-manager/pkg/logs"
+	"github.com/cert-manager/cert-manager/pkg/util"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -63,10 +65,16 @@ import (
 const workers = 5
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the cluster")
-	clusterResourceNamespace := flag.String("cluster-resource-namespace", "cert-manager",
+	// A flag set of its own: controller-runtime registers --kubeconfig on the global one.
+	flags := flag.NewFlagSet("cert-manager", flag.ExitOnError)
+	kubeconfig := flags.String("kubeconfig", "", "kubeconfig of the cluster")
+	clusterResourceNamespace := flags.String("cluster-resource-namespace", "cert-manager",
 		"namespace of the Secrets ClusterIssuers refer to (cert-manager's --cluster-resource-namespace; its Helm chart sets cert-manager's own namespace)")
-	flag.Parse()
+	// klog's flags, at cert-manager's Helm chart's verbosity (--v=2: what each controller
+	// and the injector did).
+	klog.InitFlags(flags)
+	_ = flags.Set("v", "2")
+	_ = flags.Parse(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, *kubeconfig, *clusterResourceNamespace); err != nil {
@@ -77,6 +85,8 @@ func main() {
 
 func run(ctx context.Context, kubeconfig, clusterResourceNamespace string) error {
 	ctx = logf.NewContext(ctx, logf.Log)
+	// The CA injector logs through controller-runtime.
+	ctrl.SetLogger(logf.Log)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, len(controller.Known())+1)
@@ -148,6 +158,9 @@ func runInjector(ctx context.Context, kubeconfig string) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", kubeconfig, err)
 	}
+	// The injector's field manager is its user agent's prefix, as in cert-manager's
+	// cainjector: "cert-manager-cainjector".
+	cfg = util.RestConfigWithUserAgent(cfg, "cainjector")
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(cmscheme.AddToScheme(scheme))
