@@ -15,9 +15,19 @@ IMAGE_LAYOUT ?= $(BIN)/images
 IMAGES_PUSH ?= false
 # Plain HTTP to registries that have no TLS (loopback and private addresses always get it).
 REGISTRY_PLAIN_HTTP ?= false
-# Pin the manager image in the bundle by the digest its registry holds (operator-sdk's
-# USE_IMAGE_DIGESTS); the image must have been pushed (make docker-push).
+# Pin every image the bundle names by the digest its registry holds (operator-sdk
+# generate bundle --use-image-digests); the images must have been pushed (make
+# docker-push scorecard-image-push).
 USE_IMAGE_DIGESTS ?= false
+
+# The bundle's channels, as operator-sdk's go/v4 Makefile names them.
+CHANNELS ?= stable
+DEFAULT_CHANNEL ?= stable
+BUNDLE_METADATA_OPTS ?= --channels=$(CHANNELS) --default-channel=$(DEFAULT_CHANNEL)
+BUNDLE_GEN_FLAGS ?= -q --overwrite --version $(VERSION) $(BUNDLE_METADATA_OPTS)
+ifeq ($(USE_IMAGE_DIGESTS), true)
+	BUNDLE_GEN_FLAGS += --use-image-digests
+endif
 
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
@@ -28,6 +38,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 KUSTOMIZE := $(BIN)/kustomize
 GOLANGCI_LINT := $(BIN)/golangci-lint
 KUBECTL := $(BIN)/kubectl
+OPERATOR_SDK := $(BIN)/operator-sdk
 
 # Test packages run in parallel; every harness picks its own ports and directories.
 GO_TEST_FLAGS ?= -race -count=1 -timeout=40m
@@ -129,7 +140,7 @@ verify: tools-for-verify manifests generate catalog ## Regenerate everything (CR
 .PHONY: test
 # The real-node suites (test/e2e/realnode, test/harness/cluster/realnode) need root; the
 # first runs the operator image docker-build writes into IMAGE_LAYOUT.
-test: tools-for-test verify vet lint docker-build ## Run verify, vet, lint, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root).
+test: tools-for-test verify vet lint bundle-validate operatorhub docker-build ## Run verify, vet, lint, operator-sdk bundle validate, the OperatorHub checks, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root).
 	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) ./...
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(GO_TEST_FLAGS) ./...
 
@@ -177,8 +188,21 @@ bench: tools-for-bench build ## Run the scenario benchmarks under test/bench (BE
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager binary.
+build: ## Build the manager binary and the kubectl plugin bin/kubectl-phalanks.
 	go build -o $(BIN)/manager .
+	go build -o $(BIN)/kubectl-phalanks ./cmd/kubectl-phalanks
+
+# Where install-plugin puts kubectl-phalanks: a directory on PATH, where kubectl finds
+# plugins.
+PLUGIN_DIR ?= /usr/local/bin
+.PHONY: install-plugin
+install-plugin: build ## Install kubectl-phalanks into PLUGIN_DIR (default /usr/local/bin), so that `kubectl phalanks` runs it.
+	install -m 0755 $(BIN)/kubectl-phalanks $(PLUGIN_DIR)/kubectl-phalanks
+
+.PHONY: plugin-dist
+plugin-dist: tools-for-plugin-dist ## Build kubectl-phalanks release archives for every platform and their krew manifest into bin/plugin-dist, checked by krew's validator.
+	go run ./hack/krew -version v$(VERSION) -out $(BIN)/plugin-dist
+	$(BIN)/validate-krew-manifest -manifest $(BIN)/plugin-dist/phalanks.yaml -skip-install
 
 .PHONY: run
 run: tools-for-run manifests generate ## Run the manager against the current kubeconfig (webhook on a self-signed certificate).
@@ -228,9 +252,22 @@ undeploy: tools-for-undeploy ## Remove the kustomize deployment.
 ##@ OLM
 
 .PHONY: bundle
-bundle: tools-for-bundle manifests ## Generate bundle/ and bundle.Dockerfile for VERSION (with IMG and SCORECARD_TEST_IMG; USE_IMAGE_DIGESTS=true pins IMG by digest).
-	$(OLM) bundle --version $(VERSION) --image $(IMG) --scorecard-image $(SCORECARD_TEST_IMG) \
-		--use-image-digests=$(USE_IMAGE_DIGESTS) --plain-http=$(REGISTRY_PLAIN_HTTP)
+bundle: tools-for-bundle manifests ## Generate bundle/ and bundle.Dockerfile for VERSION with operator-sdk (IMG, SCORECARD_TEST_IMG; USE_IMAGE_DIGESTS=true pins them by digest), then validate it.
+	$(OPERATOR_SDK) generate kustomize manifests -q
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	cd config/scorecard && $(KUSTOMIZE) edit set image custom-scorecard-tests=$(SCORECARD_TEST_IMG)
+	$(KUSTOMIZE) build config/manifests | $(OPERATOR_SDK) generate bundle $(BUNDLE_GEN_FLAGS)
+	hack/bundle-created-at.sh bundle/manifests/phalanks-operator.clusterserviceversion.yaml
+	$(OPERATOR_SDK) bundle validate ./bundle
+
+# What OperatorHub's pipelines run on a bundle: every optional validator of the
+# operatorframework suite. operator-sdk exits 0 on warnings; a warning fails here too,
+# shown as the validator printed it.
+.PHONY: bundle-validate
+bundle-validate: tools-for-bundle-validate ## Validate BUNDLE_DIR (bundle/) with operator-sdk and the operatorframework suite; any error or warning fails.
+	@out=$$($(OPERATOR_SDK) bundle validate $(BUNDLE_DIR) --select-optional suite=operatorframework 2>&1) || { echo "$$out"; exit 1; }; \
+	echo "$$out"; \
+	if grep -qE 'level=(warning|error)' <<<"$$out"; then echo "bundle-validate: the validators above reported warnings or errors"; exit 1; fi
 
 .PHONY: bundle-build
 bundle-build: tools-for-bundle-build ## Build the bundle image BUNDLE_IMG from BUNDLE_DIR (bundle/; no container runtime) into IMAGE_LAYOUT.
@@ -263,14 +300,29 @@ scorecard-image-build: tools-for-scorecard-image-build ## Build the custom score
 scorecard-image-push: tools-for-scorecard-image-push ## Push the custom scorecard test image SCORECARD_TEST_IMG from IMAGE_LAYOUT.
 	$(OLM) images push --only scorecard-tests $(IMAGES_FLAGS)
 
+# What a pull request to OperatorHub's community catalogs (k8s-operatorhub/community-operators,
+# redhat-openshift-ecosystem/community-operators-prod) holds, checked as their pipelines
+# check it: operator-sdk's validators against the newest Kubernetes we support, the CSV's
+# required fields, the layout, the catalogs and their template, yamllint (Debian's).
+OPERATORHUB_DIR ?= $(BIN)/operatorhub
+OPERATORHUB_K8S_VERSION ?= 1.36
+.PHONY: operatorhub
+operatorhub: tools-for-operatorhub ## Lay out the OperatorHub pull request in OPERATORHUB_DIR and run the hubs' static checks on it.
+	@hack/tools/apt.sh yamllint=yamllint
+	go -C $(OLM_MODULE) run -tags $(OLM_GO_TAGS) ./cmd/operatorhub --out $(OPERATORHUB_DIR) --k8s-version $(OPERATORHUB_K8S_VERSION)
+
 .PHONY: validate-multiarch
 validate-multiarch: tools-for-validate-multiarch ## Run operator-sdk's multiarch validator itself, with podman, on the bundle pinned to the operator image built here (needs root and podman).
 	go -C $(OLM_MODULE) test -tags podman,$(OLM_GO_TAGS) -count=1 -timeout=40m -run TestOperatorSDKMultiarchValidatorWithPodman -v ./validate/
 
+# operator-sdk scorecard runs every test of the bundle's configuration as a pod in the
+# cluster of the current kubeconfig: the built-in basic and olm suites need only the
+# bundle, the custom suite the operator installed (operator-sdk run bundle, or OLM).
+# docs/olm.md gives the namespace and service account the custom tests need.
+SCORECARD_FLAGS ?= --pod-security=restricted --wait-time=10m
 .PHONY: scorecard
-scorecard: tools-for-scorecard bundle ## Run the built-in scorecard checks on bundle/, then the custom scorecard tests against a local API server running the operator.
-	$(OLM) scorecard
-	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) -count=1 -run 'TestCustomScorecardTests' -v ./scorecardtests/
+scorecard: tools-for-scorecard ## Run operator-sdk scorecard on BUNDLE_DIR (bundle/) in the cluster of the current kubeconfig (SCORECARD_FLAGS).
+	$(OPERATOR_SDK) scorecard $(BUNDLE_DIR) $(SCORECARD_FLAGS)
 
 ##@ Tools
 
@@ -281,9 +333,10 @@ scorecard: tools-for-scorecard bundle ## Run the built-in scorecard checks on bu
 TOOLS_manifests := gen
 TOOLS_generate := gen
 TOOLS_lint := lint
-TOOLS_verify := gen
-TOOLS_bundle := gen
-TOOLS_catalog := gen
+TOOLS_verify := gen sdk
+TOOLS_bundle := gen sdk
+TOOLS_bundle-validate := sdk
+TOOLS_catalog := gen sdk
 TOOLS_run := gen
 TOOLS_install := gen kubectl
 TOOLS_uninstall := gen kubectl
@@ -291,13 +344,15 @@ TOOLS_deploy := gen kubectl
 TOOLS_deploy-monitoring := gen kubectl
 TOOLS_undeploy := gen kubectl
 TOOLS_demo := gen kube kubectl kwok minio node containerd cni
-TOOLS_test := gen lint kube kubectl kwok minio node containerd cni
+TOOLS_test := gen sdk lint kube kubectl kwok minio node containerd cni krew
 TOOLS_test-e2e := $(TOOLS_demo)
-TOOLS_test-olm := gen kube kubectl kwok minio olm opm node containerd cni
+TOOLS_test-olm := gen sdk kube kubectl kwok minio olm opm node containerd cni
 TOOLS_test-olmv1 := $(TOOLS_test-olm) olmv1
 TOOLS_bench := kube kwok minio peers
-TOOLS_scorecard := gen kube
-TOOLS_validate-multiarch := gen
+TOOLS_plugin-dist := krew
+TOOLS_scorecard := sdk
+TOOLS_operatorhub := sdk
+TOOLS_validate-multiarch := gen sdk
 # The image targets run hack/olm's command, which can also render the bundle (kustomize).
 TOOLS_docker-build := gen
 TOOLS_docker-push := gen
@@ -326,7 +381,7 @@ tools: ## Build every default tool set into the per-machine cache (hack/tools/bu
 	hack/tools/build.sh
 
 # tools-<set> builds one set; tools-olm builds both OLM sets (olm and opm).
-TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni olmv1
+TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni krew olmv1
 .PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*

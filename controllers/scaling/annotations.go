@@ -50,6 +50,13 @@ const (
 	// AnnotationNextTransition is written by the operator when it acts: the RFC 3339
 	// time of the next scheduled change.
 	AnnotationNextTransition = annotationPrefix + "next-transition"
+	// AnnotationScaledDownAt is written by the operator with original-replicas on a
+	// workload with a replica count: the RFC 3339 time it was scaled down.
+	AnnotationScaledDownAt = annotationPrefix + "scaled-down-at"
+	// AnnotationPodRequests is written by the operator with original-replicas on a
+	// Deployment or StatefulSet: the CPU and memory one pod of its template requested at
+	// the scale-down, such as "cpu=250m,memory=256Mi", which the savings are counted from.
+	AnnotationPodRequests = annotationPrefix + "pod-requests"
 )
 
 // The annotations come in groups. Each group is taken whole from the first place that
@@ -161,6 +168,13 @@ func (c *config) nextExclusionChange(t time.Time) time.Time {
 	return earliest(c.exclude.Next(t), until)
 }
 
+// nextTimedChange is when a force or exclusion schedule next changes, whether or not
+// that changes the decision: a timed group that runs its course then may hand over to
+// the group of the layer under it (see over), which the schedules here cannot show.
+func (c *config) nextTimedChange(t time.Time) time.Time {
+	return earliest(earliest(c.forceUp.Next(t), c.forceDown.Next(t)), c.nextExclusionChange(t))
+}
+
 // nextTransition returns the first instant after t at which inDowntime changes, or
 // zero if it never does. Each schedule's Next is exact, so the candidates are their
 // changes; one that another schedule masks is skipped.
@@ -229,18 +243,56 @@ func (r *resolver) schedule(l layer, key string) *schedule.Schedule {
 
 // pick returns the first layer that sets any key of group.
 func pick(layers []layer, group []string) (layer, bool) {
+	return pickLive(layers, group, func(layer) bool { return false })
+}
+
+// pickLive returns the first layer that sets any key of group and whose group has not
+// run its course.
+func pickLive(layers []layer, group []string, over func(layer) bool) (layer, bool) {
 	for _, l := range layers {
-		if hasAny(l.annotations, group) {
+		if hasAny(l.annotations, group) && !over(l) {
 			return l, true
 		}
 	}
 	return layer{}, false
 }
 
+// over reports whether a layer's timed group has run its course at now: every key of
+// it that is set is an exclude-until that has passed, or a schedule that will contain
+// no instant from now on (an until, or an absolute range, that ended). Such a group
+// (kubectl phalanks wake and sleep leave these behind) no longer hides the group of the
+// layers under it. "false" and "never" are not over: they say no, for good. A value
+// that does not parse is not over either, so that it is reported.
+func (r *resolver) over(l layer, group []string, now time.Time) bool {
+	for _, key := range group {
+		v, ok := l.annotations[key]
+		if !ok {
+			continue
+		}
+		if key == AnnotationExcludeUntil {
+			t, err := time.Parse(time.RFC3339, strings.TrimSpace(v))
+			if err != nil || now.Before(t) {
+				return false
+			}
+			continue
+		}
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "false", "never":
+			return false
+		}
+		s, err := schedule.Parse(v, r.defaults)
+		if err != nil || s.Contains(now) || !s.Next(now).IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
 // resolve reads the configuration from layers (the object's own first), group by group.
 // With ownScheduleOnly, the schedule group comes from the object alone. It validates
-// everything it reads and reports every problem.
-func resolve(layers []layer, d schedule.Defaults, ownScheduleOnly bool) (config, error) {
+// everything it reads and reports every problem. A timed group that has run its course
+// at now is passed over (see over).
+func resolve(layers []layer, d schedule.Defaults, ownScheduleOnly bool, now time.Time) (config, error) {
 	var c config
 	r := &resolver{defaults: d}
 
@@ -274,7 +326,7 @@ func resolve(layers []layer, d schedule.Defaults, ownScheduleOnly bool) (config,
 				"; scheduling annotations replace those of the namespace and the operator's defaults as a group")
 		}
 	}
-	if l, ok := pick(layers, exclusionGroup); ok {
+	if l, ok := pickLive(layers, exclusionGroup, func(l layer) bool { return r.over(l, exclusionGroup, now) }); ok {
 		c.exclude = r.schedule(l, AnnotationExclude)
 		if v, ok := l.annotations[AnnotationExcludeUntil]; ok {
 			t, err := time.Parse(time.RFC3339, strings.TrimSpace(v))
@@ -284,7 +336,7 @@ func resolve(layers []layer, d schedule.Defaults, ownScheduleOnly bool) (config,
 			c.excludeUntil = t
 		}
 	}
-	if l, ok := pick(layers, forceGroup); ok {
+	if l, ok := pickLive(layers, forceGroup, func(l layer) bool { return r.over(l, forceGroup, now) }); ok {
 		c.forceUp = r.schedule(l, AnnotationForceUptime)
 		c.forceDown = r.schedule(l, AnnotationForceDowntime)
 	}

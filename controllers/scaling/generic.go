@@ -19,9 +19,10 @@ import (
 // a decision is made.
 func scaleKind(gvk schema.GroupVersionKind, resource string) *kind {
 	return &kind{
-		traits:   traits{name: gvk.Kind},
-		gvk:      gvk,
-		resource: resource,
+		traits:     traits{name: gvk.Kind},
+		gvk:        gvk,
+		resource:   resource,
+		levelField: []string{"spec", "replicas"},
 		newObject: func() client.Object {
 			o := &metav1.PartialObjectMetadata{}
 			o.SetGroupVersionKind(gvk)

@@ -43,6 +43,12 @@ type kind struct {
 	write func(ctx context.Context, c client.Client, obj client.Object, w *workloadWrite) error
 	// transform slims objects of the kind in the cache.
 	transform toolscache.TransformFunc
+	// levelField is the path of the field that holds the level (spec.replicas), whose
+	// field manager tells who changed it; nil where a change leaves no owner to name.
+	levelField []string
+	// restoreNote says what a restore of the object keeps that differs from what was
+	// saved at its scale-down; nil or empty for nothing.
+	restoreNote func(client.Object) string
 	// extraLayer returns annotations read after the object's own (a ScaledObject's
 	// target workload); nil for most kinds.
 	extraLayer func(ctx context.Context, reader client.Reader, obj client.Object) (layer, bool)
@@ -75,6 +81,7 @@ var deployments = &kind{
 	traits:     traits{name: "Deployment"},
 	gvk:        appsv1.SchemeGroupVersion.WithKind("Deployment"),
 	resource:   "deployments.apps",
+	levelField: []string{"spec", "replicas"},
 	newObject:  func() client.Object { return &appsv1.Deployment{} },
 	newList:    func() client.ObjectList { return &appsv1.DeploymentList{} },
 	autoscaled: true,
@@ -92,7 +99,8 @@ var deployments = &kind{
 		}
 		return &appsv1.Deployment{ObjectMeta: slimMeta(d.ObjectMeta), Spec: appsv1.DeploymentSpec{
 			Replicas: d.Spec.Replicas,
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: d.Spec.Template.Labels}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: d.Spec.Template.Labels},
+				Spec: corev1.PodSpec{Resources: slimRequests(&d.Spec.Template)}},
 		}}, nil
 	},
 }
@@ -101,6 +109,7 @@ var statefulSets = &kind{
 	traits:     traits{name: "StatefulSet"},
 	gvk:        appsv1.SchemeGroupVersion.WithKind("StatefulSet"),
 	resource:   "statefulsets.apps",
+	levelField: []string{"spec", "replicas"},
 	newObject:  func() client.Object { return &appsv1.StatefulSet{} },
 	newList:    func() client.ObjectList { return &appsv1.StatefulSetList{} },
 	autoscaled: true,
@@ -118,7 +127,8 @@ var statefulSets = &kind{
 		}
 		return &appsv1.StatefulSet{ObjectMeta: slimMeta(s.ObjectMeta), Spec: appsv1.StatefulSetSpec{
 			Replicas: s.Spec.Replicas,
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: s.Spec.Template.Labels}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: s.Spec.Template.Labels},
+				Spec: corev1.PodSpec{Resources: slimRequests(&s.Spec.Template)}},
 		}}, nil
 	},
 }
@@ -130,11 +140,12 @@ func suspendTraits(name string) traits {
 }
 
 var cronJobs = &kind{
-	traits:    suspendTraits("CronJob"),
-	gvk:       batchv1.SchemeGroupVersion.WithKind("CronJob"),
-	resource:  "cronjobs.batch",
-	newObject: func() client.Object { return &batchv1.CronJob{} },
-	newList:   func() client.ObjectList { return &batchv1.CronJobList{} },
+	traits:     suspendTraits("CronJob"),
+	gvk:        batchv1.SchemeGroupVersion.WithKind("CronJob"),
+	resource:   "cronjobs.batch",
+	levelField: []string{"spec", "suspend"},
+	newObject:  func() client.Object { return &batchv1.CronJob{} },
+	newList:    func() client.ObjectList { return &batchv1.CronJobList{} },
 	read: fromObject(func(c *batchv1.CronJob) int32 {
 		return runningOrStopped(ptr.Deref(c.Spec.Suspend, false))
 	}),
@@ -154,11 +165,12 @@ var cronJobs = &kind{
 }
 
 var jobs = &kind{
-	traits:    suspendTraits("Job"),
-	gvk:       batchv1.SchemeGroupVersion.WithKind("Job"),
-	resource:  "jobs.batch",
-	newObject: func() client.Object { return &batchv1.Job{} },
-	newList:   func() client.ObjectList { return &batchv1.JobList{} },
+	traits:     suspendTraits("Job"),
+	gvk:        batchv1.SchemeGroupVersion.WithKind("Job"),
+	resource:   "jobs.batch",
+	levelField: []string{"spec", "suspend"},
+	newObject:  func() client.Object { return &batchv1.Job{} },
+	newList:    func() client.ObjectList { return &batchv1.JobList{} },
 	// A CronJob's Jobs are its own business: the CronJob is what gets suspended.
 	skip: func(o client.Object) bool {
 		ref := metav1.GetControllerOfNoCopy(o)
@@ -192,49 +204,50 @@ var daemonSets = &kind{
 	traits: traits{name: "DaemonSet", onOff: true,
 		stopped: "moved off every node (nodeSelector " + NodeSelectorScaledDown + ", which no node has)",
 		running: "on its nodes (its own nodeSelector restored)"},
-	gvk:       appsv1.SchemeGroupVersion.WithKind("DaemonSet"),
-	resource:  "daemonsets.apps",
-	newObject: func() client.Object { return &appsv1.DaemonSet{} },
-	newList:   func() client.ObjectList { return &appsv1.DaemonSetList{} },
+	gvk:        appsv1.SchemeGroupVersion.WithKind("DaemonSet"),
+	resource:   "daemonsets.apps",
+	levelField: []string{"spec", "template", "spec", "nodeSelector"},
+	newObject:  func() client.Object { return &appsv1.DaemonSet{} },
+	newList:    func() client.ObjectList { return &appsv1.DaemonSetList{} },
 	read: fromObject(func(d *appsv1.DaemonSet) int32 {
 		_, down := d.Spec.Template.Spec.NodeSelector[NodeSelectorScaledDown]
 		return runningOrStopped(down)
 	}),
-	write:     writeDaemonSet,
-	transform: slimDaemonSet,
+	write:       writeDaemonSet,
+	restoreNote: nodeSelectorChanges,
+	transform:   slimDaemonSet,
 }
 
 // writeDaemonSet moves a DaemonSet's pods off every node and back. The pod template's
 // nodeSelector is one atomic field under server-side apply, so the operator applies it
-// whole: for a downtime, the DaemonSet's own selector plus NodeSelectorScaledDown, with
-// the own selector saved first in AnnotationOriginalNodeSelector (in the same write);
-// at the restore, exactly the saved selector (none, if it had none).
+// whole: for a downtime, the DaemonSet's selector as it is plus NodeSelectorScaledDown,
+// with the selector as it was saved first in AnnotationOriginalNodeSelector (in the same
+// write); at the restore, the selector as it is now without NodeSelectorScaledDown. A
+// change made during the downtime (a helm upgrade that moves disk: ssd to disk: nvme
+// keeps the operator's key through its three-way merge) therefore survives the restore;
+// the saved copy only tells whether the operator's key is all that differs.
 func writeDaemonSet(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
 	ds := o.(*appsv1.DaemonSet)
 	annotations := w.annotationsFor()
-	own, saved, err := savedNodeSelector(ds.Annotations)
+	saved, hasSaved, err := savedNodeSelector(ds.Annotations)
 	if err != nil {
 		return err
 	}
-	if !saved {
-		own = maps.Clone(ds.Spec.Template.Spec.NodeSelector)
-		delete(own, NodeSelectorScaledDown)
-	}
-	selector := own
+	selector := nodeSelectorFor(ds.Spec.Template.Spec.NodeSelector, saved, w.level == 0)
 	if w.level == 0 {
-		data, err := json.Marshal(own)
+		record := saved
+		if !hasSaved {
+			// Not scaled down yet, so the selector is all the DaemonSet's own.
+			record = maps.Clone(ds.Spec.Template.Spec.NodeSelector)
+		}
+		data, err := json.Marshal(record)
 		if err != nil {
 			return err
 		}
-		if own == nil {
+		if record == nil {
 			data = []byte("{}")
 		}
 		annotations[AnnotationOriginalNodeSelector] = string(data)
-		selector = maps.Clone(own)
-		if selector == nil {
-			selector = map[string]string{}
-		}
-		selector[NodeSelectorScaledDown] = "true"
 	}
 	ac := appsv1ac.DaemonSet(o.GetName(), o.GetNamespace()).
 		WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
@@ -244,6 +257,53 @@ func writeDaemonSet(ctx context.Context, c client.Client, o client.Object, w *wo
 			corev1ac.PodSpec().WithNodeSelector(selector))))
 	}
 	return apply(ctx, c, "nodeSelector to DaemonSet", ac)
+}
+
+// nodeSelectorFor returns the nodeSelector a DaemonSet gets: its current one without
+// the operator's key, plus that key for a downtime. Should the selector saved at the
+// scale-down carry a key of the same name of its own, its value comes back with it.
+func nodeSelectorFor(current, saved map[string]string, down bool) map[string]string {
+	out := maps.Clone(current)
+	delete(out, NodeSelectorScaledDown)
+	if v, ok := saved[NodeSelectorScaledDown]; ok && !down {
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[NodeSelectorScaledDown] = v
+	}
+	if down {
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[NodeSelectorScaledDown] = "true"
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// nodeSelectorChanges describes how a scaled-down DaemonSet's selector, without the
+// operator's key, differs from the one saved at its scale-down: empty when the key is
+// all that differs.
+func nodeSelectorChanges(o client.Object) string {
+	ds, ok := o.(*appsv1.DaemonSet)
+	if !ok {
+		return ""
+	}
+	saved, hasSaved, err := savedNodeSelector(ds.Annotations)
+	if err != nil || !hasSaved {
+		return ""
+	}
+	now := nodeSelectorFor(ds.Spec.Template.Spec.NodeSelector, saved, false)
+	if maps.Equal(now, saved) {
+		return ""
+	}
+	data, _ := json.Marshal(now)
+	if now == nil {
+		data = []byte("{}")
+	}
+	return "its nodeSelector, changed during the downtime, is kept as it is now: " + string(data)
 }
 
 // savedNodeSelector reads AnnotationOriginalNodeSelector.
@@ -274,21 +334,19 @@ func slimDaemonSet(obj any) (any, error) {
 // schedule of their own (an HPA without one follows the workload it targets, see
 // decide). Their level is minReplicas, which cannot go below 1.
 var horizontalPodAutoscalers = &kind{
-	traits:    traits{name: "HorizontalPodAutoscaler", floor: 1, ownScheduleOnly: true},
-	gvk:       autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler"),
-	resource:  "horizontalpodautoscalers.autoscaling",
-	newObject: func() client.Object { return &autoscalingv2.HorizontalPodAutoscaler{} },
-	newList:   func() client.ObjectList { return &autoscalingv2.HorizontalPodAutoscalerList{} },
+	traits:     traits{name: "HorizontalPodAutoscaler", floor: 1, ownScheduleOnly: true},
+	gvk:        autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler"),
+	resource:   "horizontalpodautoscalers.autoscaling",
+	levelField: []string{"spec", "minReplicas"},
+	newObject:  func() client.Object { return &autoscalingv2.HorizontalPodAutoscaler{} },
+	newList:    func() client.ObjectList { return &autoscalingv2.HorizontalPodAutoscalerList{} },
 	read: fromObject(func(h *autoscalingv2.HorizontalPodAutoscaler) int32 {
 		return ptr.Deref(h.Spec.MinReplicas, 1)
 	}),
 	write: func(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
-		level := w.level
 		// minReplicas above maxReplicas is invalid; a maxReplicas lowered during the
 		// downtime caps what comes back.
-		if max := o.(*autoscalingv2.HorizontalPodAutoscaler).Spec.MaxReplicas; max > 0 && level > max {
-			level = max
-		}
+		level, _ := capMinReplicas(w.level, o.(*autoscalingv2.HorizontalPodAutoscaler).Spec.MaxReplicas)
 		return apply(ctx, c, fmt.Sprintf("minReplicas %d to HorizontalPodAutoscaler", level),
 			autoscalingv2ac.HorizontalPodAutoscaler(o.GetName(), o.GetNamespace()).
 				WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).

@@ -1,11 +1,13 @@
 package scaling
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
@@ -206,10 +208,16 @@ func TestDecideForEveryKind(t *testing.T) {
 func TestDecidePDB(t *testing.T) {
 	two, half := intstr.FromInt32(2), intstr.FromString("50%")
 	down := func(name string) coveredWorkload {
-		return coveredWorkload{kind: "Deployment", name: name, level: 1, annotations: map[string]string{
+		return coveredWorkload{kind: "Deployment", name: name, uid: types.UID(name + "-uid"), level: 1, annotations: map[string]string{
 			AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-06T08:00:00Z"}}
 	}
-	up := coveredWorkload{kind: "Deployment", name: "api", level: 3}
+	up := coveredWorkload{kind: "Deployment", name: "api", uid: "api-uid", level: 3}
+	// The forged decoy: no pods, replicas 0, original-replicas 1, and the database's labels.
+	decoy := coveredWorkload{kind: "Deployment", name: "decoy", uid: "decoy-uid", level: 0, annotations: map[string]string{
+		AnnotationOriginalReplicas: "1", AnnotationForceDowntime: "true"}}
+	podOf := func(name string, owner podOwner) selectedPod { return selectedPod{name: name, owner: owner} }
+	webPod := podOf("web-1", podOwner{kind: "Deployment", name: "web", uid: "web-uid"})
+	dbPod := podOf("db-0", podOwner{kind: "StatefulSet", name: "db", uid: "db-uid"})
 	relaxedMin := map[string]string{AnnotationOriginalMinAvailable: "2", AnnotationNextTransition: "2024-06-06T08:00:00Z"}
 	cases := []struct {
 		name    string
@@ -225,7 +233,10 @@ func TestDecidePDB(t *testing.T) {
 			stateDown, &relaxedMinAvailable, nil, map[string]string{AnnotationOriginalMinAvailable: "2"}, "2024-06-06T08:00:00Z", ReasonScaleDown},
 		{"relaxes maxUnavailable, percentages included", pdbInputs{pdb: pdbView{maxUnavailable: &half}, covered: []coveredWorkload{down("web")}},
 			stateDown, nil, &relaxedMaxUnavailable, map[string]string{AnnotationOriginalMaxUnavailable: "50%"}, "2024-06-06T08:00:00Z", ReasonScaleDown},
-		{"is not relaxed while one of its workloads runs", pdbInputs{pdb: pdbView{minAvailable: &two}, covered: []coveredWorkload{down("web"), up}},
+		{"is not relaxed while one of its workloads runs, and says so", pdbInputs{pdb: pdbView{minAvailable: &two}, covered: []coveredWorkload{down("web"), up}},
+			stateUp, nil, nil, nil, "", ReasonBudgetKept},
+		{"is left alone, silently, while none of its workloads is scaled down", pdbInputs{pdb: pdbView{minAvailable: &two}, covered: []coveredWorkload{up},
+			pods: []selectedPod{podOf("api-1", podOwner{kind: "Deployment", name: "api", uid: "api-uid"})}},
 			stateUp, nil, nil, nil, "", ""},
 		{"selecting no workload, it is none of the operator's business", pdbInputs{pdb: pdbView{minAvailable: &two}},
 			stateUnmanaged, nil, nil, nil, "", ""},
@@ -235,6 +246,24 @@ func TestDecidePDB(t *testing.T) {
 			stateUp, &two, nil, nil, "", ReasonScaleUp},
 		{"stays relaxed, silently, while nothing changes", pdbInputs{pdb: pdbView{minAvailable: &relaxedMinAvailable, annotations: relaxedMin}, covered: []coveredWorkload{down("web")}},
 			stateDown, nil, nil, nil, "", ""},
+		{"is relaxed while the pods it selects belong to its scaled-down workload",
+			pdbInputs{pdb: pdbView{minAvailable: &two}, covered: []coveredWorkload{down("web")}, pods: []selectedPod{webPod}},
+			stateDown, &relaxedMinAvailable, nil, map[string]string{AnnotationOriginalMinAvailable: "2"}, "2024-06-06T08:00:00Z", ReasonScaleDown},
+		{"a decoy with forged annotations and another workload's labels cannot relax a budget that protects that workload's pods",
+			pdbInputs{pdb: pdbView{minAvailable: &two}, covered: []coveredWorkload{decoy}, pods: []selectedPod{dbPod}},
+			stateUp, nil, nil, nil, "", ReasonBudgetKept},
+		{"pods of a bare ReplicaSet, a Rollout or an operator keep it",
+			pdbInputs{pdb: pdbView{minAvailable: &two}, covered: []coveredWorkload{down("web")}, pods: []selectedPod{webPod,
+				podOf("a", podOwner{kind: "ReplicaSet", name: "db", uid: "rs"}), podOf("b", podOwner{kind: "Rollout.argoproj.io", name: "db"}),
+				podOf("c", podOwner{kind: "Cluster.postgresql.cnpg.io", name: "db"}), podOf("d", podOwner{})}},
+			stateUp, nil, nil, nil, "", ReasonBudgetKept},
+		{"a pod whose controller has the workload's name but another UID is someone else's",
+			pdbInputs{pdb: pdbView{minAvailable: &two}, covered: []coveredWorkload{down("web")},
+				pods: []selectedPod{podOf("web-1", podOwner{kind: "Deployment", name: "web", uid: "older"})}},
+			stateUp, nil, nil, nil, "", ReasonBudgetKept},
+		{"a relaxed budget is restored as soon as it selects a pod of something else",
+			pdbInputs{pdb: pdbView{minAvailable: &relaxedMinAvailable, annotations: relaxedMin}, covered: []coveredWorkload{down("web")}, pods: []selectedPod{webPod, dbPod}},
+			stateUp, &two, nil, nil, "", ReasonScaleUp},
 		{"is never written when another controller owns it", pdbInputs{pdb: pdbView{minAvailable: &two, controller: &metav1.OwnerReference{Kind: "Operator", Name: "db"}}, covered: []coveredWorkload{down("web")}},
 			stateOwned, nil, nil, nil, "", ReasonControlledByOwner},
 	}
@@ -268,6 +297,36 @@ func TestDecidePDB(t *testing.T) {
 			}
 			if a[AnnotationNextTransition] != c.next {
 				t.Errorf("next-transition %q, want %q", a[AnnotationNextTransition], c.next)
+			}
+		})
+	}
+}
+
+func TestADaemonSetGetsItsSelectorAsItIsNowWithoutTheOperatorsKey(t *testing.T) {
+	key := NodeSelectorScaledDown
+	cases := []struct {
+		name           string
+		current, saved map[string]string
+		down           bool
+		want           map[string]string
+	}{
+		{"a downtime adds the key to the selector as it is", map[string]string{"disk": "ssd"}, nil, true,
+			map[string]string{"disk": "ssd", key: "true"}},
+		{"a downtime of a DaemonSet with no selector gives it one of the key alone", nil, nil, true, map[string]string{key: "true"}},
+		{"the restore removes the key, nothing else", map[string]string{"disk": "ssd", key: "true"}, map[string]string{"disk": "ssd"}, false,
+			map[string]string{"disk": "ssd"}},
+		{"a change made during the downtime survives the restore", map[string]string{"disk": "nvme", key: "true"}, map[string]string{"disk": "ssd"}, false,
+			map[string]string{"disk": "nvme"}},
+		{"a key added during the downtime survives, one removed stays removed", map[string]string{"zone": "a", key: "true"},
+			map[string]string{"disk": "ssd"}, false, map[string]string{"zone": "a"}},
+		{"a DaemonSet that had no selector gets none back", map[string]string{key: "true"}, map[string]string{}, false, nil},
+		{"a key of the same name the DaemonSet had itself comes back with its value", map[string]string{"disk": "ssd", key: "true"},
+			map[string]string{"disk": "ssd", key: "no"}, false, map[string]string{"disk": "ssd", key: "no"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := nodeSelectorFor(c.current, c.saved, c.down); !maps.Equal(got, c.want) || (got == nil) != (c.want == nil) {
+				t.Errorf("nodeSelectorFor = %v, want %v", got, c.want)
 			}
 		})
 	}

@@ -1,12 +1,15 @@
 package scaling
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
@@ -25,11 +28,27 @@ var (
 	savedDesc = prometheus.NewDesc("phalanks_scaling_replicas_saved",
 		"Replicas the operator has saved in original-replicas annotations and will restore, by workload kind.",
 		[]string{"kind"}, nil)
+	scaledDownDesc = prometheus.NewDesc("phalanks_scaling_replicas_scaled_down",
+		"Replicas held below their saved count now, by namespace and workload kind (kinds with a replica count).",
+		[]string{"namespace", "kind"}, nil)
+	podSecondsDesc = prometheus.NewDesc("phalanks_scaling_pod_seconds_saved_total",
+		"Replicas held below their saved count, integrated over time, by namespace and workload kind.",
+		[]string{"namespace", "kind"}, nil)
+	cpuSecondsDesc = prometheus.NewDesc("phalanks_scaling_cpu_request_core_seconds_saved_total",
+		"CPU requests (cores) of the pods not running, integrated over time, from the pod template at the scale-down, by namespace and workload kind.",
+		[]string{"namespace", "kind"}, nil)
+	memorySecondsDesc = prometheus.NewDesc("phalanks_scaling_memory_request_byte_seconds_saved_total",
+		"Memory requests (bytes) of the pods not running, integrated over time, from the pod template at the scale-down, by namespace and workload kind.",
+		[]string{"namespace", "kind"}, nil)
 )
 
-// tracked holds the last decision per workload for the gauges and for deduplicating
-// events. It is process-wide, like the metrics registry.
-var tracked = &tracker{entries: map[trackKey]trackEntry{}}
+// tracked holds the last decision per workload for the gauges, the savings and for
+// deduplicating events. It is process-wide, like the metrics registry.
+var tracked = newTracker(clock.RealClock{})
+
+func newTracker(c clock.PassiveClock) *tracker {
+	return &tracker{entries: map[trackKey]trackEntry{}, saved: map[scope]savedTotals{}, clock: c}
+}
 
 func init() {
 	metrics.Registry.MustRegister(scaleActions, invalidSchedules, tracked)
@@ -46,6 +65,27 @@ type trackEntry struct {
 	// events is the last set of events emitted, so a reconcile that reaches the same
 	// conclusion again stays quiet.
 	events string
+	// savings is what the workload saves from observed on.
+	savings  savings
+	observed time.Time
+}
+
+// scope is what the savings are totalled by.
+type scope struct{ namespace, kind string }
+
+// savedTotals are the savings of workloads no longer saving what they did: counters.
+type savedTotals struct{ podSeconds, cpuCoreSeconds, memoryByteSeconds float64 }
+
+// add adds what s saved from one instant to another.
+func (t *savedTotals) add(s savings, from, to time.Time) {
+	secs := to.Sub(from).Seconds()
+	if secs <= 0 || s.replicas <= 0 {
+		return
+	}
+	pods := float64(s.replicas) * secs
+	t.podSeconds += pods
+	t.cpuCoreSeconds += pods * float64(s.cpuMilli) / 1000
+	t.memoryByteSeconds += pods * float64(s.memoryBytes)
 }
 
 type tracker struct {
@@ -53,6 +93,29 @@ type tracker struct {
 	entries map[trackKey]trackEntry
 	// kinds are reported even with no object in them, so every series exists.
 	kinds []string
+	// saved totals what workloads saved up to their last observation.
+	saved map[scope]savedTotals
+	// clock times the savings; the scaler's clock.
+	clock clock.PassiveClock
+}
+
+// setClock makes the savings follow the scaler's clock (tests move it).
+func (t *tracker) setClock(c clock.PassiveClock) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.clock = c
+}
+
+// settle adds what an entry saved since it was observed to its scope's totals. Called
+// with t.mu held.
+func (t *tracker) settle(key trackKey, e trackEntry, now time.Time) {
+	if e.savings.replicas == 0 {
+		return
+	}
+	sc := scope{key.name.Namespace, key.kind}
+	totals := t.saved[sc]
+	totals.add(e.savings, e.observed, now)
+	t.saved[sc] = totals
 }
 
 // registerKind makes the gauges report a kind from now on.
@@ -74,11 +137,15 @@ func (t *tracker) observe(kind string, name types.NamespacedName, d decision) (n
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	now := t.clock.Now()
 	prev, had := t.entries[key]
+	if had {
+		t.settle(key, prev, now)
+	}
 	if d.state == stateUnmanaged {
 		delete(t.entries, key)
 	} else {
-		t.entries[key] = trackEntry{state: d.state, saved: d.saved, events: events}
+		t.entries[key] = trackEntry{state: d.state, saved: d.saved, events: events, savings: d.savings, observed: now}
 	}
 	if d.state == stateInvalid && (!had || prev.state != stateInvalid || prev.events != events) {
 		invalidSchedules.WithLabelValues(kind).Inc()
@@ -89,13 +156,21 @@ func (t *tracker) observe(kind string, name types.NamespacedName, d decision) (n
 func (t *tracker) forget(kind string, name types.NamespacedName) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.entries, trackKey{kind, name})
+	key := trackKey{kind, name}
+	if e, ok := t.entries[key]; ok {
+		t.settle(key, e, t.clock.Now())
+	}
+	delete(t.entries, key)
 }
 
 // Describe implements prometheus.Collector.
 func (t *tracker) Describe(ch chan<- *prometheus.Desc) {
 	ch <- workloadsDesc
 	ch <- savedDesc
+	ch <- scaledDownDesc
+	ch <- podSecondsDesc
+	ch <- cpuSecondsDesc
+	ch <- memorySecondsDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -106,7 +181,10 @@ func (t *tracker) Collect(ch chan<- prometheus.Metric) {
 	}
 	counts := map[ks]int{}
 	saved := map[string]int64{}
+	scaledDown := map[scope]int64{}
 	t.mu.Lock()
+	now := t.clock.Now()
+	totals := maps.Clone(t.saved)
 	names := slices.Clone(t.kinds)
 	for k, e := range t.entries {
 		counts[ks{k.kind, e.state}]++
@@ -114,8 +192,21 @@ func (t *tracker) Collect(ch chan<- prometheus.Metric) {
 		if !slices.Contains(names, k.kind) {
 			names = append(names, k.kind)
 		}
+		if e.savings.replicas > 0 {
+			sc := scope{k.name.Namespace, k.kind}
+			scaledDown[sc] += int64(e.savings.replicas)
+			tot := totals[sc]
+			tot.add(e.savings, e.observed, now)
+			totals[sc] = tot
+		}
 	}
 	t.mu.Unlock()
+	for sc, tot := range totals {
+		ch <- prometheus.MustNewConstMetric(scaledDownDesc, prometheus.GaugeValue, float64(scaledDown[sc]), sc.namespace, sc.kind)
+		ch <- prometheus.MustNewConstMetric(podSecondsDesc, prometheus.CounterValue, tot.podSeconds, sc.namespace, sc.kind)
+		ch <- prometheus.MustNewConstMetric(cpuSecondsDesc, prometheus.CounterValue, tot.cpuCoreSeconds, sc.namespace, sc.kind)
+		ch <- prometheus.MustNewConstMetric(memorySecondsDesc, prometheus.CounterValue, tot.memoryByteSeconds, sc.namespace, sc.kind)
+	}
 	slices.Sort(names)
 	for _, name := range names {
 		for _, s := range states {

@@ -29,9 +29,18 @@ import (
 
 // A PodDisruptionBudget of a scaled-down workload would keep blocking node drains
 // (with downtime-replicas above 0) and alerting for pods that are not meant to run. It
-// is relaxed while every Deployment and StatefulSet whose pods it selects is scaled down
-// by the operator, and restored exactly when any of them comes back: it follows its
-// workloads, with no schedule of its own to keep in step.
+// is relaxed while every Deployment and StatefulSet whose pod template it selects is
+// scaled down by the operator and every pod it selects right now belongs (through its
+// controllers: Pod → ReplicaSet → Deployment, Pod → StatefulSet) to one of them, and it
+// is restored exactly when either stops being true: it follows its workloads, with no
+// schedule of its own to keep in step.
+//
+// The pods decide, not the workloads' annotations: anyone who may create a Deployment
+// can write original-replicas on it and give it the labels of someone else's pods, so a
+// budget that protects pods of anything else (a StatefulSet without a schedule, an Argo
+// Rollout, a bare ReplicaSet, an operator's pods) is never relaxed. Before relaxing a
+// budget the operator reads the pods and their owners again from the API server, not
+// from its cache.
 const (
 	// AnnotationOriginalMinAvailable is written by the operator on a relaxed
 	// PodDisruptionBudget: its minAvailable to restore.
@@ -59,9 +68,10 @@ type pdbView struct {
 	controller                   *metav1.OwnerReference
 }
 
-// coveredWorkload is a workload whose pods a PodDisruptionBudget selects.
+// coveredWorkload is a workload whose pod template a PodDisruptionBudget selects.
 type coveredWorkload struct {
 	kind, name  string
+	uid         types.UID
 	level       int32
 	annotations map[string]string
 }
@@ -72,12 +82,54 @@ func (w coveredWorkload) scaledDown() bool {
 	return ok && err == nil && w.level < saved
 }
 
+// coveredWorkload identifies it among the owners of pods.
+func (w coveredWorkload) is(o podOwner) bool {
+	return o.kind == w.kind && o.name == w.name && o.uid == w.uid
+}
+
+// podOwner is the workload a pod belongs to, found by following controller references:
+// a Deployment for a pod of one of its ReplicaSets, else the pod's own controller; kind
+// "" for a pod without one.
+type podOwner struct {
+	kind, name string
+	uid        types.UID
+}
+
+func (o podOwner) String() string {
+	if o.kind == "" {
+		return "no controller"
+	}
+	return o.kind + " " + o.name
+}
+
+// selectedPod is a pod a PodDisruptionBudget selects that has not finished.
+type selectedPod struct {
+	name  string
+	owner podOwner
+}
+
 // pdbInputs is everything a PodDisruptionBudget's decision is made from.
 type pdbInputs struct {
-	pdb      pdbView
-	covered  []coveredWorkload
+	pdb     pdbView
+	covered []coveredWorkload
+	// pods are the pods the budget selects that have not finished, with their owners.
+	pods     []selectedPod
 	excluded bool
 	dryRun   bool
+}
+
+// otherPods returns the pods the budget selects that belong to nothing the operator
+// holds scaled down, described by owner ("ReplicaSet db (db-7c9f4-x2x)"), sorted.
+func (in pdbInputs) otherPods() []string {
+	var out []string
+	for _, p := range in.pods {
+		i := slices.IndexFunc(in.covered, func(w coveredWorkload) bool { return w.is(p.owner) })
+		if i < 0 || !in.covered[i].scaledDown() {
+			out = append(out, fmt.Sprintf("%s (%s)", p.owner, p.name))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // pdbWrite is the operator's part of a PodDisruptionBudget.
@@ -85,6 +137,8 @@ type pdbWrite struct {
 	minAvailable, maxUnavailable *intstr.IntOrString
 	original                     map[string]string
 	next                         string
+	// relax: the write relaxes the budget (rather than restore it or keep its record).
+	relax bool
 }
 
 func (w *pdbWrite) annotationsFor() map[string]string {
@@ -98,37 +152,46 @@ func (w *pdbWrite) annotationsFor() map[string]string {
 	return a
 }
 
-// decidePDB relaxes a PodDisruptionBudget whose workloads are all scaled down and
-// restores one that is relaxed when they are not (or it is excluded).
+// decidePDB relaxes a PodDisruptionBudget whose workloads are all scaled down and whose
+// pods all belong to them, and restores one that is relaxed as soon as either stops
+// being true (or it is excluded).
 func decidePDB(in pdbInputs) (state, *pdbWrite, []eventSpec) {
 	p := in.pdb
 	origMin, relaxedMin := p.annotations[AnnotationOriginalMinAvailable]
 	origMax, relaxedMax := p.annotations[AnnotationOriginalMaxUnavailable]
 	relaxed := relaxedMin || relaxedMax
-	var names []string
-	down := len(in.covered) > 0
+	var downNames, upNames []string
 	next := ""
 	for _, w := range in.covered {
-		names = append(names, w.kind+" "+w.name)
 		if !w.scaledDown() {
-			down = false
+			upNames = append(upNames, w.kind+" "+w.name)
 			continue
 		}
+		downNames = append(downNames, w.kind+" "+w.name)
 		if n := w.annotations[AnnotationNextTransition]; n != "" && (next == "" || n < next) {
 			next = n
 		}
 	}
-	slices.Sort(names)
-	what := strings.Join(names, ", ")
+	slices.Sort(downNames)
+	slices.Sort(upNames)
+	others := in.otherPods()
+	// What keeps the budget although some of its workloads are scaled down.
+	var blockers []string
+	if len(upNames) > 0 {
+		blockers = append(blockers, strings.Join(upNames, ", ")+" "+isAre(len(upNames))+" not")
+	}
+	if len(others) > 0 {
+		blockers = append(blockers, "it also protects pods the operator did not scale down: "+strings.Join(others, ", "))
+	}
 	if p.controller != nil {
-		if !relaxed && !down {
+		if !relaxed && len(downNames) == 0 {
 			return stateUnmanaged, nil, nil
 		}
 		return stateOwned, nil, []eventSpec{{reason: ReasonControlledByOwner, action: "Skip", note: fmt.Sprintf(
 			"not relaxed: controlled by %s %s, which sets it", p.controller.Kind, p.controller.Name)}}
 	}
 	switch {
-	case relaxed && (!down || in.excluded):
+	case relaxed && (len(blockers) > 0 || len(downNames) == 0 || in.excluded):
 		w := &pdbWrite{}
 		note := "restored "
 		if relaxedMin {
@@ -139,8 +202,11 @@ func decidePDB(in pdbInputs) (state, *pdbWrite, []eventSpec) {
 			w.maxUnavailable, note = &v, note+"maxUnavailable "+origMax
 		}
 		why := "the workloads whose pods it selects are no longer all scaled down"
-		if in.excluded {
+		switch {
+		case in.excluded:
 			why = "excluded from scheduled scaling"
+		case len(others) > 0:
+			why = "it also selects pods the operator did not scale down: " + strings.Join(others, ", ")
 		}
 		return stateUp, w, []eventSpec{{reason: ReasonScaleUp, action: "Scale", note: note + ": " + why}}
 	case relaxed:
@@ -151,13 +217,15 @@ func decidePDB(in pdbInputs) (state, *pdbWrite, []eventSpec) {
 			return stateDown, w, nil
 		}
 		return stateDown, nil, nil
-	case !down || in.excluded:
-		if len(in.covered) == 0 {
-			return stateUnmanaged, nil, nil
-		}
+	case len(in.covered) == 0:
+		return stateUnmanaged, nil, nil
+	case len(downNames) == 0 || in.excluded:
 		return stateUp, nil, nil
+	case len(blockers) > 0:
+		return stateUp, nil, []eventSpec{{reason: ReasonBudgetKept, action: "Skip", note: fmt.Sprintf(
+			"not relaxed although %s %s scaled down: %s", strings.Join(downNames, ", "), isAre(len(downNames)), strings.Join(blockers, "; "))}}
 	}
-	w := &pdbWrite{next: next}
+	w := &pdbWrite{next: next, relax: true}
 	var note string
 	switch {
 	case p.minAvailable != nil && !equality.Semantic.DeepEqual(*p.minAvailable, relaxedMinAvailable):
@@ -173,7 +241,7 @@ func decidePDB(in pdbInputs) (state, *pdbWrite, []eventSpec) {
 		return stateDown, nil, nil
 	}
 	return stateDown, w, []eventSpec{{reason: ReasonScaleDown, action: "Scale", note: fmt.Sprintf(
-		"%s while %s %s scaled down, so it blocks no node drain; restored when they come back", note, what, isAre(len(names)))}}
+		"%s while %s %s scaled down, so it blocks no node drain; restored when they come back", note, strings.Join(downNames, ", "), isAre(len(downNames)))}}
 }
 
 func isAre(n int) string {
@@ -214,7 +282,12 @@ func (s *scaler) setupPDB() error {
 		WatchesRawSource(source.Kind[client.Object](s.cache, &policyv1.PodDisruptionBudget{},
 			&handler.TypedEnqueueRequestForObject[client.Object]{}, pdbPredicate()))
 	for _, k := range r.covered {
-		b = b.WatchesRawSource(source.Kind(s.cache, k.newObject(), r.budgetsOf(), coveredPredicate()))
+		b = b.WatchesRawSource(source.Kind(s.cache, k.newObject(), r.budgetsSelecting(templateLabels), coveredPredicate()))
+	}
+	if len(r.covered) > 0 {
+		// A pod of something else appearing under a relaxed budget restores it.
+		b = b.WatchesRawSource(source.Kind[client.Object](s.cache, &corev1.Pod{},
+			r.budgetsSelecting(client.Object.GetLabels), podPredicate()))
 	}
 	if err := b.Complete(r); err != nil {
 		return fmt.Errorf("set up scaling-poddisruptionbudget controller: %w", err)
@@ -237,11 +310,19 @@ func (r *pdbReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		tracked.forget(pdbKindName, req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
-	in, err := r.gather(ctx, pdb)
+	in, err := r.gather(ctx, r.s.cache, pdb)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	st, w, events := decidePDB(in)
+	if relaxes(w) {
+		// A relaxed budget lets a drain evict every pod it selects: decide that on what
+		// the API server holds now, not on a cache that may lag behind a pod just started.
+		if in, err = r.gather(ctx, r.s.mgr.GetAPIReader(), pdb); err != nil {
+			return ctrl.Result{}, err
+		}
+		st, w, events = decidePDB(in)
+	}
 	d := decision{state: st, events: events, dryRun: in.dryRun}
 	if st == stateUnmanaged {
 		tracked.forget(pdbKindName, req.NamespacedName)
@@ -258,9 +339,14 @@ func (r *pdbReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	return ctrl.Result{}, nil
 }
 
-// gather reads the budget's workloads: those of the covered kinds in its namespace whose
-// pod template labels its selector matches.
-func (r *pdbReconciler) gather(ctx context.Context, pdb *policyv1.PodDisruptionBudget) (pdbInputs, error) {
+// relaxes reports whether a write relaxes a budget (rather than restore it or refresh
+// its record).
+func relaxes(w *pdbWrite) bool { return w != nil && w.relax }
+
+// gather reads the budget's workloads (those of the covered kinds in its namespace whose
+// pod template labels its selector matches) and the pods it selects, with their owners,
+// from reader: the scaling cache, or the API server before a budget is relaxed.
+func (r *pdbReconciler) gather(ctx context.Context, reader client.Reader, pdb *policyv1.PodDisruptionBudget) (pdbInputs, error) {
 	ns := &corev1.Namespace{}
 	if err := r.s.cache.Get(ctx, types.NamespacedName{Name: pdb.Namespace}, ns); err != nil && !apierrors.IsNotFound(err) {
 		return pdbInputs{}, fmt.Errorf("get namespace: %w", err)
@@ -272,10 +358,11 @@ func (r *pdbReconciler) gather(ctx context.Context, pdb *policyv1.PodDisruptionB
 		dryRun:   r.s.policy.dryRun,
 	}
 	// The budget's own exclude and dry-run annotations (or its namespace's) apply to it.
+	now := r.s.opts.Clock.Now()
 	cfg, err := resolve([]layer{{annotations: pdb.Annotations}, {source: "namespace " + pdb.Namespace, annotations: ns.Annotations}},
-		r.s.policy.scheduleDefaults, true)
+		r.s.gather.scheduleDefaults(ctx, pdb.Namespace), true, now)
 	if err == nil {
-		in.excluded = in.excluded || cfg.excluded(r.s.opts.Clock.Now())
+		in.excluded = in.excluded || cfg.excluded(now)
 		in.dryRun = in.dryRun || cfg.dryRun
 	}
 	if pdb.Spec.Selector == nil {
@@ -287,7 +374,7 @@ func (r *pdbReconciler) gather(ctx context.Context, pdb *policyv1.PodDisruptionB
 	}
 	for _, k := range r.covered {
 		list := k.newList()
-		if err := r.s.cache.List(ctx, list, client.InNamespace(pdb.Namespace)); err != nil {
+		if err := reader.List(ctx, list, client.InNamespace(pdb.Namespace)); err != nil {
 			return pdbInputs{}, fmt.Errorf("list %ss: %w", k.name, err)
 		}
 		for _, o := range workloadsOf(list) {
@@ -295,10 +382,89 @@ func (r *pdbReconciler) gather(ctx context.Context, pdb *policyv1.PodDisruptionB
 				continue
 			}
 			level, _ := k.read(ctx, nil, o)
-			in.covered = append(in.covered, coveredWorkload{kind: k.name, name: o.GetName(), level: level, annotations: o.GetAnnotations()})
+			in.covered = append(in.covered, coveredWorkload{kind: k.name, name: o.GetName(), uid: o.GetUID(), level: level, annotations: o.GetAnnotations()})
 		}
 	}
+	if len(in.covered) == 0 {
+		// Nothing the operator scales: the pods do not matter.
+		return in, nil
+	}
+	pods := &corev1.PodList{}
+	if err := reader.List(ctx, pods, client.InNamespace(pdb.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return pdbInputs{}, fmt.Errorf("list pods: %w", err)
+	}
+	owners := ownerFinder{reader: reader, namespace: pdb.Namespace, replicaSets: map[string]*metav1.OwnerReference{}}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			// A pod that finished runs nothing a drain could disrupt.
+			continue
+		}
+		owner, err := owners.of(ctx, p)
+		if err != nil {
+			return pdbInputs{}, err
+		}
+		in.pods = append(in.pods, selectedPod{name: p.Name, owner: owner})
+	}
 	return in, nil
+}
+
+// ownerFinder follows a pod's controller references to the workload it belongs to.
+type ownerFinder struct {
+	reader    client.Reader
+	namespace string
+	// replicaSets caches the controller of each ReplicaSet looked up, by name and UID.
+	replicaSets map[string]*metav1.OwnerReference
+}
+
+// of returns the owner of a pod: the Deployment that controls the ReplicaSet that
+// controls it, or its own controller. A controller reference is followed only when the
+// object it names exists with that UID, so a forged reference leads nowhere.
+func (f *ownerFinder) of(ctx context.Context, pod *corev1.Pod) (podOwner, error) {
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil {
+		return podOwner{}, nil
+	}
+	owner := podOwner{kind: ref.Kind, name: ref.Name, uid: ref.UID}
+	if !isApps(ref.APIVersion) {
+		if g := groupOf(ref.APIVersion); g != "" {
+			// A Deployment or StatefulSet of another group is another kind altogether.
+			owner.kind = ref.Kind + "." + g
+		}
+		return owner, nil
+	}
+	if ref.Kind != "ReplicaSet" {
+		return owner, nil
+	}
+	key := ref.Name + "/" + string(ref.UID)
+	rsController, seen := f.replicaSets[key]
+	if !seen {
+		rs := &metav1.PartialObjectMetadata{}
+		rs.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
+		err := f.reader.Get(ctx, types.NamespacedName{Namespace: f.namespace, Name: ref.Name}, rs)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return podOwner{}, fmt.Errorf("get ReplicaSet %s: %w", ref.Name, err)
+		case rs.UID == ref.UID:
+			rsController = metav1.GetControllerOf(rs)
+		}
+		f.replicaSets[key] = rsController
+	}
+	if rsController != nil && rsController.Kind == "Deployment" && isApps(rsController.APIVersion) {
+		return podOwner{kind: "Deployment", name: rsController.Name, uid: rsController.UID}, nil
+	}
+	return owner, nil
+}
+
+func isApps(apiVersion string) bool { return groupOf(apiVersion) == appsv1.GroupName }
+
+func groupOf(apiVersion string) string {
+	group, _, found := strings.Cut(apiVersion, "/")
+	if !found {
+		return ""
+	}
+	return group
 }
 
 func workloadsOf(list client.ObjectList) []client.Object {
@@ -342,9 +508,9 @@ func (r *pdbReconciler) write(ctx context.Context, pdb *policyv1.PodDisruptionBu
 	return apply(ctx, r.s.mgr.GetClient(), "PodDisruptionBudget", ac)
 }
 
-// budgetsOf maps a workload to the PodDisruptionBudgets in its namespace that select
-// its pods.
-func (r *pdbReconciler) budgetsOf() handler.TypedEventHandler[client.Object, reconcile.Request] {
+// budgetsSelecting maps a workload (by its pod template's labels) or a pod (by its own)
+// to the PodDisruptionBudgets in its namespace that select it.
+func (r *pdbReconciler) budgetsSelecting(podLabels func(client.Object) map[string]string) handler.TypedEventHandler[client.Object, reconcile.Request] {
 	return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		list := &policyv1.PodDisruptionBudgetList{}
 		if err := r.s.cache.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
@@ -357,7 +523,7 @@ func (r *pdbReconciler) budgetsOf() handler.TypedEventHandler[client.Object, rec
 				continue
 			}
 			sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
-			if err == nil && sel.Matches(labels.Set(templateLabels(o))) {
+			if err == nil && sel.Matches(labels.Set(podLabels(o))) {
 				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)})
 			}
 		}
@@ -385,4 +551,33 @@ func coveredPredicate() predicate.TypedFuncs[client.Object] {
 				e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration()
 		},
 	}
+}
+
+// podPredicate passes the pod changes that can change a budget's decision: a pod
+// appearing or going, changing labels or controller, finishing or being deleted. The
+// kubelet's status updates pass only when the phase changes.
+func podPredicate() predicate.TypedFuncs[client.Object] {
+	return predicate.TypedFuncs[client.Object]{
+		UpdateFunc: func(e event.TypedUpdateEvent[client.Object]) bool {
+			old, cur := e.ObjectOld.(*corev1.Pod), e.ObjectNew.(*corev1.Pod)
+			return !maps.Equal(old.Labels, cur.Labels) || old.Status.Phase != cur.Status.Phase ||
+				!equality.Semantic.DeepEqual(old.OwnerReferences, cur.OwnerReferences) ||
+				old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero()
+		},
+		GenericFunc: func(event.TypedGenericEvent[client.Object]) bool { return false },
+	}
+}
+
+// slimPod keeps what budgets read of pods: identity, labels, the controller reference
+// and the phase. A cluster's pods are its most numerous objects; their specs and
+// statuses never reach the cache.
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	meta := slimMeta(p.ObjectMeta)
+	meta.Annotations = nil
+	meta.Labels = p.Labels
+	return &corev1.Pod{ObjectMeta: meta, Status: corev1.PodStatus{Phase: p.Status.Phase}}, nil
 }

@@ -11,6 +11,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -37,6 +38,12 @@ type scaler struct {
 	policy   *policy
 	recorder events.EventRecorder
 	disco    discovery.DiscoveryInterface
+	// calendars are the holiday calendars schedules name, read from the cache.
+	calendars *Calendars
+	// writers tells who changed an object's level, from its managed fields.
+	writers *writers
+	// gather reads the inputs of decisions from the cache.
+	gather *gatherer
 
 	mu sync.Mutex
 	// controllers are the kinds set up, by group and kind.
@@ -64,12 +71,16 @@ func newScaler(mgr manager.Manager, o Options, p *policy) (*scaler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create discovery client: %w", err)
 	}
-	return &scaler{
+	s := &scaler{
 		mgr: mgr, cache: c, opts: o, policy: p, disco: disco,
+		calendars:   NewCalendars(c, o.CalendarNamespace, p.scheduleDefaults),
+		writers:     &writers{reader: mgr.GetAPIReader(), seen: map[types.UID]writerAt{}},
 		recorder:    mgr.GetEventRecorder(FieldManager),
 		controllers: map[schema.GroupKind]*kindController{},
 		pending:     map[string]string{},
-	}, nil
+	}
+	s.gather = s.gatherer()
+	return s, nil
 }
 
 // setup sets up the built-in kinds named in --scaling-resources now, and leaves the
@@ -115,6 +126,7 @@ func (s *scaler) setupKind(k *kind) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: s.opts.Concurrency}).
 		WatchesRawSource(source.Kind(s.cache, k.newObject(), &handler.TypedEnqueueRequestForObject[client.Object]{}, objectPredicate(k, s))).
 		WatchesRawSource(source.Kind[client.Object](s.cache, namespaceObject(), namespaceHandler(k, s.cache), namespacePredicate())).
+		WatchesRawSource(source.Kind(s.cache, configMapObject(), calendarHandler(k, s), calendarPredicate(s.calendars))).
 		WatchesRawSource(r.wake)
 	if k.autoscaled {
 		b = b.WatchesRawSource(source.Kind[client.Object](s.cache, hpaObject(), hpaHandler(k), hpaPredicate()))
@@ -337,3 +349,6 @@ func (s *scaler) lookup(resource string) (schema.GroupVersionKind, bool, error) 
 	}
 	return gvk, hasScale, nil
 }
+
+// calendarNamespace is where the calendars every namespace shares live.
+func (s *scaler) calendarNamespace() string { return s.opts.CalendarNamespace }

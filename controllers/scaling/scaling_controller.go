@@ -37,6 +37,13 @@ const FieldManager = "phalanks-scaler"
 // +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=get;list;watch;patch
+// Read only, for PodDisruptionBudgets: the pods a budget selects and, through their
+// ReplicaSets, the Deployments they belong to.
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
+// +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list;watch
+// Holiday calendars: the cache lists and watches only ConfigMaps labelled
+// phalanks.io/holiday-calendar=true (RBAC cannot grant by label), and never gets one.
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=list;watch
 // Only the metadata of CRDs, to notice a kind named in --scaling-resources appear.
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=list;watch
 
@@ -62,6 +69,9 @@ type Options struct {
 	// ExcludeNamespaceSelector keeps Namespaces whose labels it matches out of scheduled
 	// scaling; empty matches none.
 	ExcludeNamespaceSelector string
+	// CalendarNamespace holds the holiday calendars every namespace shares; the
+	// operator's own namespace by default.
+	CalendarNamespace string
 	// Resources are the kinds scaled, as <plural>.<group>; nil means DefaultResources.
 	// Any resource named that is not built in is scaled through its /scale subresource
 	// once the API server serves it.
@@ -102,6 +112,9 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		func(v string) error { o.ExcludeNamespaces = splitList(v); return nil })
 	fs.StringVar(&o.ExcludeNamespaceSelector, "scaling-exclude-namespace-selector", "",
 		"Label selector of namespaces kept out of scheduled scaling (e.g. \"environment=production\"); empty selects none.")
+	fs.StringVar(&o.CalendarNamespace, "scaling-calendar-namespace", ownNamespace(),
+		"Namespace of the holiday calendars (ConfigMaps labelled "+LabelHolidayCalendar+"=true) that schedules in every namespace may name; "+
+			"a calendar in a workload's own namespace shadows one of the same name here.")
 	o.Resources = DefaultResources
 	fs.Func("scaling-resources",
 		"Comma-separated kinds scheduled scaling scales, as <plural>.<group> (default \""+strings.Join(DefaultResources, ",")+
@@ -176,11 +189,14 @@ func (o *Options) newPolicy() (*policy, error) {
 			return nil, fmt.Errorf("--scaling-weekdays: %w", err)
 		}
 	}
+	// Calendars are read once the operator runs; at start only their names are checked.
+	syntax := p.scheduleDefaults
+	syntax.Calendars = anyCalendar{}
 	for flagName, spec := range map[string]string{"--default-uptime": o.DefaultUptime, "--default-downtime": o.DefaultDowntime} {
 		if spec == "" {
 			continue
 		}
-		if _, err := schedule.Parse(spec, p.scheduleDefaults); err != nil {
+		if _, err := schedule.Parse(spec, syntax); err != nil {
 			return nil, fmt.Errorf("%s: %w", flagName, err)
 		}
 	}
@@ -229,6 +245,7 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	tracked.setClock(o.Clock)
 	if o.Resources == nil {
 		o.Resources = DefaultResources
 	}

@@ -3,6 +3,8 @@ package scaling
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -15,6 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/phalanks/phalanks-operator/internal/schedule"
 )
 
 // reconciler decides the objects of one kind.
@@ -42,11 +46,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 
-	in, err := r.gather(ctx, obj)
+	in, err := r.s.gather.gather(ctx, k, obj)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	d := decide(in)
+	d := r.decide(ctx, obj, in)
 	if d.state == stateUnmanaged && d.workload == nil && d.hpa == nil {
 		r.forget(req)
 		return ctrl.Result{}, nil
@@ -75,16 +79,66 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, nil
 }
 
+// decide decides, and for a manual change looks up who made it (a GitOps controller
+// would make it again at every sync) and decides again with that.
+func (r *reconciler) decide(ctx context.Context, obj client.Object, in inputs) decision {
+	k := r.kind
+	d := decide(in)
+	if d.state == stateOverride && k.levelField != nil {
+		if w, found, err := r.s.writers.of(ctx, k, obj); err != nil {
+			ctrl.LoggerFrom(ctx).Info("could not tell who changed the level", "error", err.Error())
+		} else if found {
+			in.levelWriter = &w
+			d = decide(in)
+		}
+	}
+	if k.restoreNote != nil && slices.Contains(d.actions, actionScaleUp) {
+		if extra := k.restoreNote(obj); extra != "" {
+			for i := range d.events {
+				if d.events[i].reason == ReasonScaleUp {
+					d.events[i].note += "; " + extra
+				}
+			}
+		}
+	}
+	return d
+}
+
 func (r *reconciler) forget(req ctrl.Request) {
 	tracked.forget(r.kind.name, req.NamespacedName)
 	r.wake.at(req, time.Time{})
 }
 
-// gather reads what a decision needs: the object and its level, the layers of
-// annotations under its own, and what autoscales it, all from the scaler's cache (a
-// kind scaled through /scale reads its level from there).
-func (r *reconciler) gather(ctx context.Context, obj client.Object) (inputs, error) {
-	k, p, reader := r.kind, r.s.policy, r.s.cache
+// gatherer reads what a decision needs. The operator's reads its cache; kubectl
+// phalanks' reads through the user's own client, so both decide from the same inputs.
+type gatherer struct {
+	// reader reads namespaces, autoscalers (by hpaTargetIndex) and ScaledObjects.
+	reader client.Reader
+	// client reads the level of kinds scaled through /scale.
+	client    client.Client
+	policy    *policy
+	calendars *Calendars
+	now       func() time.Time
+	// keda reports whether KEDA ScaledObjects are scaled (and so may delegate).
+	keda func() bool
+}
+
+func (s *scaler) gatherer() *gatherer {
+	return &gatherer{reader: s.cache, client: s.mgr.GetClient(), policy: s.policy, calendars: s.calendars,
+		now: s.opts.Clock.Now, keda: s.kedaActive}
+}
+
+// scheduleDefaults are the policy's defaults with the calendars of a namespace.
+func (g *gatherer) scheduleDefaults(ctx context.Context, namespace string) schedule.Defaults {
+	d := g.policy.scheduleDefaults
+	d.Calendars = g.calendars.In(ctx, namespace)
+	return d
+}
+
+// gather reads what a decision about obj, of kind k, needs: the object and its level,
+// the layers of annotations under its own, and what autoscales it.
+func (g *gatherer) gather(ctx context.Context, k *kind, obj client.Object) (inputs, error) {
+	p, reader := g.policy, g.reader
 	ns := &corev1.Namespace{}
 	if err := reader.Get(ctx, types.NamespacedName{Name: obj.GetNamespace()}, ns); err != nil && !apierrors.IsNotFound(err) {
 		return inputs{}, fmt.Errorf("get namespace: %w", err)
@@ -101,24 +155,34 @@ func (r *reconciler) gather(ctx context.Context, obj client.Object) (inputs, err
 		layers = append(layers, layer{source: "the operator's defaults", annotations: p.defaults})
 	}
 	in := inputs{
-		now:  r.s.opts.Clock.Now(),
+		now:  g.now(),
 		kind: k.traits,
 		workload: workloadView{
 			annotations: obj.GetAnnotations(),
 			created:     obj.GetCreationTimestamp().Time,
 			controller:  metav1.GetControllerOf(obj),
+			podRequests: templateRequests(obj),
 		},
 		layers:            layers,
+		levelField:        strings.Join(k.levelField, "."),
 		namespaceExcluded: excluded,
-		defaults:          p.scheduleDefaults,
+		defaults:          g.scheduleDefaults(ctx, obj.GetNamespace()),
 		grace:             p.grace,
 		dryRun:            p.dryRun,
+	}
+	var err error
+	if k.autoscaled {
+		// Read first: an autoscaler the operator lowered makes the workload its business
+		// until it is restored, even without a schedule.
+		if in.hpas, err = g.autoscalers(ctx, k, obj); err != nil {
+			return inputs{}, err
+		}
 	}
 	if !in.managed() {
 		// Nothing to decide: spare the reads below (the /scale read is a request).
 		return in, nil
 	}
-	level, err := k.read(ctx, r.s.mgr.GetClient(), obj)
+	level, err := k.read(ctx, g.client, obj)
 	if err != nil {
 		return inputs{}, err
 	}
@@ -126,10 +190,7 @@ func (r *reconciler) gather(ctx context.Context, obj client.Object) (inputs, err
 	if !k.autoscaled {
 		return in, nil
 	}
-	if in.hpas, err = r.autoscalers(ctx, obj); err != nil {
-		return inputs{}, err
-	}
-	if r.s.kedaActive() {
+	if g.keda() {
 		if in.delegate, err = scaledObjectFor(ctx, reader, obj.GetNamespace(), k.gvk.GroupKind(), obj.GetName()); err != nil {
 			return inputs{}, err
 		}
@@ -138,10 +199,10 @@ func (r *reconciler) gather(ctx context.Context, obj client.Object) (inputs, err
 }
 
 // autoscalers returns the HorizontalPodAutoscalers that target obj.
-func (r *reconciler) autoscalers(ctx context.Context, obj client.Object) ([]hpaView, error) {
+func (g *gatherer) autoscalers(ctx context.Context, k *kind, obj client.Object) ([]hpaView, error) {
 	list := &autoscalingv2.HorizontalPodAutoscalerList{}
-	if err := r.s.cache.List(ctx, list, client.InNamespace(obj.GetNamespace()),
-		client.MatchingFields{hpaTargetIndex: targetKey(r.kind.gvk.GroupKind(), obj.GetName())}); err != nil {
+	if err := g.reader.List(ctx, list, client.InNamespace(obj.GetNamespace()),
+		client.MatchingFields{hpaTargetIndex: targetKey(k.gvk.GroupKind(), obj.GetName())}); err != nil {
 		return nil, fmt.Errorf("list autoscalers: %w", err)
 	}
 	hpas := make([]hpaView, 0, len(list.Items))
@@ -149,7 +210,7 @@ func (r *reconciler) autoscalers(ctx context.Context, obj client.Object) ([]hpaV
 		h := &list.Items[i]
 		_, savedOwn := h.Annotations[AnnotationOriginalReplicas]
 		hpas = append(hpas, hpaView{
-			name: h.Name, minReplicas: ptr.Deref(h.Spec.MinReplicas, 1), annotations: h.Annotations,
+			name: h.Name, minReplicas: ptr.Deref(h.Spec.MinReplicas, 1), maxReplicas: h.Spec.MaxReplicas, annotations: h.Annotations,
 			controller: metav1.GetControllerOf(h), scheduled: ownSchedule(h.Annotations) || savedOwn,
 			uid: h.UID, resourceVersion: h.ResourceVersion,
 		})

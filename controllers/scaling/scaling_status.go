@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,6 +51,10 @@ const (
 	// ReasonScheduleReadAsPeers: an element the strict grammar rejects was read as
 	// kube-downscaler or GoKubeDownscaler read it.
 	ReasonScheduleReadAsPeers = "ScheduleReadAsPeers"
+	// ReasonBudgetKept: a PodDisruptionBudget some of whose workloads are scaled down is
+	// not relaxed, because another is not, or because it also selects pods of something
+	// the operator did not scale down.
+	ReasonBudgetKept = "BudgetKept"
 )
 
 // Scale actions, for the metrics.
@@ -84,6 +89,9 @@ type workloadView struct {
 	annotations map[string]string
 	created     time.Time
 	controller  *metav1.OwnerReference
+	// podRequests is what one pod of its template requests now (Deployments and
+	// StatefulSets).
+	podRequests corev1.ResourceList
 }
 
 // hpaView is what a decision needs to know about a HorizontalPodAutoscaler that
@@ -91,6 +99,9 @@ type workloadView struct {
 type hpaView struct {
 	name        string
 	minReplicas int32
+	// maxReplicas caps a minReplicas the operator restores: someone may have lowered it
+	// during the downtime, and the API server rejects a minimum above the maximum.
+	maxReplicas int32
 	annotations map[string]string
 	controller  *metav1.OwnerReference
 	// scheduled: the HPA has a schedule of its own (or holds what one saved), so it
@@ -121,6 +132,10 @@ type inputs struct {
 	defaults schedule.Defaults
 	grace    time.Duration
 	dryRun   bool
+	// levelField names the field that holds the level (spec.replicas), and levelWriter
+	// is the field manager that last wrote it, when a manual change was looked up.
+	levelField  string
+	levelWriter *levelWriter
 }
 
 func (in *inputs) allLayers() []layer {
@@ -133,11 +148,23 @@ func (in *inputs) managed() bool {
 		_, saved := in.workload.annotations[AnnotationOriginalReplicas]
 		return ownSchedule(in.workload.annotations) || saved
 	}
-	if inScope(in.workload.annotations) {
+	if inScope(in.workload.annotations) || in.lowersAutoscaler() {
 		return true
 	}
 	for _, l := range in.layers {
 		if namespaceInScope(l.annotations) {
+			return true
+		}
+	}
+	return false
+}
+
+// lowersAutoscaler reports whether the operator holds the minReplicas of an autoscaler
+// of the workload lowered: then it has something to restore, even once the workload's
+// schedule is gone.
+func (in *inputs) lowersAutoscaler() bool {
+	for _, h := range in.hpas {
+		if _, saved := h.annotations[AnnotationOriginalMinReplicas]; saved && h.writable() {
 			return true
 		}
 	}
@@ -154,6 +181,9 @@ type workloadWrite struct {
 	from int32
 	// pausedReplicas is the count a paused ScaledObject holds its target at.
 	pausedReplicas int32
+	// since and podRequests are the downtime record kept with original (see savings).
+	since       time.Time
+	podRequests string
 }
 
 // hpaWrite is the operator's part of a HorizontalPodAutoscaler.
@@ -187,6 +217,12 @@ type decision struct {
 	saved int32
 	// dryRun: record the decision, write nothing.
 	dryRun bool
+	// savings is what the workload saves once the decision is carried out.
+	savings savings
+	// next is the next scheduled transition (for an excluded object: when its exclusion
+	// may end); from names where its schedule came from.
+	next time.Time
+	from string
 }
 
 // decide computes what to do. Downtime scales down and saves the count; uptime (or
@@ -195,6 +231,7 @@ type decision struct {
 func decide(in inputs) decision {
 	d := decideState(in)
 	d.dryRun = d.dryRun || in.dryRun
+	d.savings = savingsOf(in, d)
 	return d
 }
 
@@ -227,7 +264,7 @@ func decideState(in inputs) decision {
 		}
 		return d
 	}
-	cfg, err := resolve(in.allLayers(), in.defaults, in.kind.ownScheduleOnly)
+	cfg, err := resolve(in.allLayers(), in.defaults, in.kind.ownScheduleOnly, in.now)
 	if err == nil {
 		err = savedErr
 	}
@@ -242,8 +279,12 @@ func decideState(in inputs) decision {
 			note: "schedule read as the peers read it: " + strings.Join(cfg.warnings, "; ")}}
 	}
 	d := decideConfigured(in, cfg, saved, hasSaved)
+	if !d.requeueAt.IsZero() || d.state != stateUnmanaged {
+		d.requeueAt = earliest(d.requeueAt, cfg.nextTimedChange(in.now))
+	}
 	d.events = append(warnings, d.events...)
 	d.dryRun = cfg.dryRun
+	d.from = cfg.from
 	return d
 }
 
@@ -269,13 +310,13 @@ func decideConfigured(in inputs, cfg config, saved int32, hasSaved bool) decisio
 		return d
 	}
 	if cfg.excluded(in.now) {
-		d := decision{state: stateExcluded, requeueAt: cfg.nextExclusionChange(in.now)}
+		d := decision{state: stateExcluded, requeueAt: cfg.nextExclusionChange(in.now), next: cfg.nextExclusionChange(in.now)}
 		restore(&d, in.kind, w, saved, hasSaved, restoreHPA, time.Time{}, "excluded from scheduled scaling")
 		return d
 	}
 	next := cfg.nextTransition(in.now)
 	if !cfg.inDowntime(in.now) {
-		d := decision{state: stateUp, requeueAt: next}
+		d := decision{state: stateUp, requeueAt: next, next: next}
 		if hasSaved && cfg.uptimeReplicas != nil && !in.kind.onOff {
 			saved = *cfg.uptimeReplicas
 		}
@@ -312,7 +353,7 @@ func downtime(in inputs, cfg config, grace time.Duration, next time.Time, saved 
 	w := in.workload
 	k := in.kind
 	target := downtimeLevel(k, cfg)
-	d := decision{state: stateDown, requeueAt: next, saved: saved}
+	d := decision{state: stateDown, requeueAt: next, next: next, saved: saved}
 	if !hasSaved && restoreHPA == nil {
 		if graceEnd := w.created.Add(grace); in.now.Before(graceEnd) {
 			d.state, d.requeueAt = stateGrace, earliest(graceEnd, next)
@@ -339,8 +380,10 @@ func downtime(in inputs, cfg config, grace time.Duration, next time.Time, saved 
 		return d
 	}
 
+	since, requests := downtimeRecord(in)
 	write := func(original int32) *workloadWrite {
-		return &workloadWrite{level: target, original: &original, next: next, from: w.level, pausedReplicas: cfg.downtimeReplicas}
+		return &workloadWrite{level: target, original: &original, next: next, from: w.level, pausedReplicas: cfg.downtimeReplicas,
+			since: since, podRequests: requests}
 	}
 	switch {
 	case !hasSaved && w.level <= target:
@@ -361,6 +404,11 @@ func downtime(in inputs, cfg config, grace time.Duration, next time.Time, saved 
 	case withinActedPeriod(w.annotations, in.now):
 		d.state = stateOverride
 		d.events = append(d.events, eventSpec{reason: ReasonManualOverride, action: "Skip", note: overrideNote(k, w.level, saved, next)})
+		if in.levelWriter != nil {
+			if e, ok := gitOpsNote(k, *in.levelWriter, in.levelField); ok {
+				d.events = append(d.events, e)
+			}
+		}
 	default:
 		// A manual change from an earlier downtime period (or a scale-down that was
 		// recorded but not finished): this one starts over.
@@ -423,11 +471,23 @@ func restore(d *decision, k traits, w workloadView, count int32, hasSaved bool, 
 	}
 	if hpa != nil {
 		original, _, _ := savedCount(hpa.annotations, AnnotationOriginalMinReplicas)
-		d.hpa = &hpaWrite{name: hpa.name, uid: hpa.uid, resourceVersion: hpa.resourceVersion, minReplicas: original, next: next}
+		restored, note := capMinReplicas(original, hpa.maxReplicas)
+		d.hpa = &hpaWrite{name: hpa.name, uid: hpa.uid, resourceVersion: hpa.resourceVersion, minReplicas: restored, next: next}
 		d.actions = append(d.actions, actionHPARestore)
 		d.events = append(d.events, eventSpec{reason: ReasonScaleUp, action: "Scale", note: fmt.Sprintf(
-			"restored minReplicas %d of HorizontalPodAutoscaler %s: %s", original, hpa.name, why)})
+			"restored minReplicas %s of HorizontalPodAutoscaler %s: %s", note, hpa.name, why)})
 	}
+}
+
+// capMinReplicas caps a saved minReplicas at the autoscaler's maxReplicas as it is now
+// (lowered during the downtime, say): the API server rejects a minimum above the
+// maximum, so an uncapped restore would fail every time and leave the minimum lowered
+// for good. It returns the value to write and how to name it in a note.
+func capMinReplicas(saved, maxReplicas int32) (int32, string) {
+	if maxReplicas > 0 && saved > maxReplicas {
+		return maxReplicas, fmt.Sprintf("%d (the saved %d, capped at maxReplicas %d)", maxReplicas, saved, maxReplicas)
+	}
+	return saved, strconv.Itoa(int(saved))
 }
 
 // autoscaler picks the HorizontalPodAutoscaler that targets the workload (nil if none)
@@ -488,6 +548,12 @@ func (w *workloadWrite) annotationsFor() map[string]string {
 	a := map[string]string{}
 	if w.original != nil {
 		a[AnnotationOriginalReplicas] = strconv.Itoa(int(*w.original))
+		if !w.since.IsZero() {
+			a[AnnotationScaledDownAt] = stamp(w.since)
+		}
+		if w.podRequests != "" {
+			a[AnnotationPodRequests] = w.podRequests
+		}
 	}
 	if !w.next.IsZero() {
 		a[AnnotationNextTransition] = stamp(w.next)

@@ -31,6 +31,16 @@ const hpaTargetIndex = "phalanks.io/scale-target"
 
 func targetKey(gk schema.GroupKind, name string) string { return gk.Group + "/" + gk.Kind + "/" + name }
 
+// hpaTargets is the hpaTargetIndex of an autoscaler.
+func hpaTargets(h *autoscalingv2.HorizontalPodAutoscaler) []string {
+	ref := h.Spec.ScaleTargetRef
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return nil
+	}
+	return []string{targetKey(schema.GroupKind{Group: gv.Group, Kind: ref.Kind}, ref.Name)}
+}
+
 func namespaceObject() client.Object { return &corev1.Namespace{} }
 func hpaObject() client.Object       { return &autoscalingv2.HorizontalPodAutoscaler{} }
 
@@ -48,6 +58,7 @@ func newCache(mgr manager.Manager, resources []string) (cache.Cache, error) {
 	byObject := map[client.Object]cache.ByObject{
 		namespaceObject(): {Transform: slimNamespace},
 		hpaObject():       {Transform: slimHPA},
+		configMapObject(): {Label: calendarSelector, Transform: slimConfigMap},
 	}
 	for _, k := range builtinKinds {
 		// HPAs are always watched (above), for the workloads they target.
@@ -57,6 +68,7 @@ func newCache(mgr manager.Manager, resources []string) (cache.Cache, error) {
 	}
 	if slices.Contains(resources, pdbResource) {
 		byObject[&policyv1.PodDisruptionBudget{}] = cache.ByObject{Transform: slimPDB}
+		byObject[&corev1.Pod{}] = cache.ByObject{Transform: slimPod}
 	}
 	c, err := cache.New(cfg, cache.Options{
 		Scheme:           mgr.GetScheme(),
@@ -68,12 +80,7 @@ func newCache(mgr manager.Manager, resources []string) (cache.Cache, error) {
 		return nil, fmt.Errorf("create scaling cache: %w", err)
 	}
 	err = c.IndexField(context.Background(), hpaObject(), hpaTargetIndex, func(o client.Object) []string {
-		ref := o.(*autoscalingv2.HorizontalPodAutoscaler).Spec.ScaleTargetRef
-		gv, err := schema.ParseGroupVersion(ref.APIVersion)
-		if err != nil {
-			return nil
-		}
-		return []string{targetKey(schema.GroupKind{Group: gv.Group, Kind: ref.Kind}, ref.Name)}
+		return hpaTargets(o.(*autoscalingv2.HorizontalPodAutoscaler))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("index autoscalers by target: %w", err)

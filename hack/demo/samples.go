@@ -43,20 +43,29 @@ var (
 	expectations = map[schema.GroupKind]expectation{}
 )
 
-// applySamples renders config/samples with kustomize and applies each object, adapted,
-// into the demo namespace.
+// sampleDirs are the kustomizations the demo applies: the custom resources (which the
+// bundle's alm-examples come from, so they hold nothing else) and the workloads that
+// show scheduled scaling.
+var sampleDirs = []string{"config/samples", "config/samples/workloads"}
+
+// applySamples renders sampleDirs with kustomize and applies each object, adapted, into
+// the demo namespace.
 func (e *env) applySamples(ctx context.Context) ([]*unstructured.Unstructured, error) {
 	kustomize, err := tools.Path("kustomize")
 	if err != nil {
 		return nil, err
 	}
-	out, err := exec.CommandContext(ctx, kustomize, "build", filepath.Join(e.root, "config", "samples")).Output()
-	if err != nil {
-		var exitErr *exec.ExitError
-		if errors.As(err, &exitErr) {
-			return nil, fmt.Errorf("kustomize build config/samples: %w: %s", err, exitErr.Stderr)
+	var out []byte
+	for _, d := range sampleDirs {
+		rendered, err := exec.CommandContext(ctx, kustomize, "build", filepath.Join(e.root, d)).Output()
+		if err != nil {
+			var exitErr *exec.ExitError
+			if errors.As(err, &exitErr) {
+				return nil, fmt.Errorf("kustomize build %s: %w: %s", d, err, exitErr.Stderr)
+			}
+			return nil, fmt.Errorf("kustomize build %s: %w", d, err)
 		}
-		return nil, fmt.Errorf("kustomize build config/samples: %w", err)
+		out = append(append(out, rendered...), "\n---\n"...)
 	}
 	var samples []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that provide commands the real node needs, when a command
 # is missing: runc (containerd runs pods with it), iptables (kube-proxy and the CNI portmap
-# plugin), ip (the node's network namespace).
+# plugin), ip (the node's network namespace), and others a target names (yamllint).
 #
 #   hack/tools/apt.sh command=package ...
 set -euo pipefail
@@ -14,7 +14,7 @@ for spec in "$@"; do
 done
 [[ ${#missing[@]} -gt 0 ]] || exit 0
 if [[ $(id -u) -ne 0 ]]; then
-	echo "tools: the real node needs the Debian packages ${missing[*]}; install them as root" >&2
+	echo "tools: this target needs the Debian packages ${missing[*]}; install them as root" >&2
 	exit 1
 fi
 echo "tools: installing ${missing[*]} from Debian"

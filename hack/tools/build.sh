@@ -28,8 +28,10 @@ declare -A packages=(
 	[olm]="github.com/operator-framework/operator-lifecycle-manager/cmd/olm github.com/operator-framework/operator-lifecycle-manager/cmd/catalog github.com/operator-framework/operator-lifecycle-manager/cmd/package-server"
 	[opm]="github.com/operator-framework/operator-registry/cmd/opm"
 	[peers]="k8s.io/sample-controller"
+	[krew]="sigs.k8s.io/krew/cmd/krew sigs.k8s.io/krew/cmd/validate-krew-manifest"
 	[node]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
 	[containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
+	[sdk]="github.com/operator-framework/operator-sdk/cmd/operator-sdk github.com/operator-framework/operator-sdk/images/scorecard-test"
 	[olmv1]="github.com/operator-framework/operator-controller/cmd/catalogd github.com/operator-framework/operator-controller/cmd/operator-controller github.com/phalanks/phalanks-operator/hack/tools/olmv1/certmanager=cert-manager"
 	[cni]="github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap"
 )
@@ -45,13 +47,13 @@ declare -A modules=(
 # Built by `make tools`; every make target builds the sets it needs itself (see the
 # TOOLS_* variables in the Makefile).
 order=(gen lint kube kubectl kwok minio)
-optional=(olm opm peers node containerd cni olmv1)
+optional=(sdk olm opm peers node containerd cni krew olmv1)
 
 # Roughly how long a first build of each set takes on two cores with an empty Go build
 # cache (measured on this project's CI machines), for the plan printed before building.
 declare -A estimate=(
 	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [opm]=3 [peers]=1
-	[node]=4 [containerd]=5 [cni]=1 [olmv1]=12
+	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1 [olmv1]=12
 )
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
@@ -59,6 +61,7 @@ declare -A estimate=(
 declare -A tags=(
 	[olm]="json1"
 	[opm]="json1,containers_image_openpgp"
+	[sdk]="containers_image_openpgp"
 	[containerd]="no_btrfs,no_devmapper,no_zfs"
 	[olmv1]="containers_image_openpgp"
 )
@@ -82,6 +85,16 @@ kube_ldflags() {
 	echo "$flags"
 }
 
+# operator-sdk reports its version, and stamps it into the bundles it generates
+# (operators.operatorframework.io/builder) and the scorecard-test image references it
+# scaffolds, from these variables; unstamped they say "unknown".
+sdk_ldflags() {
+	local version pkg=github.com/operator-framework/operator-sdk/internal/version
+	version=$(cd "$tools/sdk" && go list -m -f '{{.Version}}' github.com/operator-framework/operator-sdk)
+	echo "-X $pkg.Version=$version -X $pkg.GitVersion=$version -X $pkg.ImageVersion=$version -X $pkg.GitCommit=release-$version" \
+		"-X $pkg.KubernetesVersion=$(cd "$tools/sdk" && go list -m -f '{{.Version}}' k8s.io/api | sed s/^v0/v1/)"
+}
+
 # operator-controller and catalogd report the version stamped into them (upstream's
 # Makefile does the same); cert-manager's library reports its own in its user agent.
 olmv1_ldflags() {
@@ -94,6 +107,7 @@ olmv1_ldflags() {
 ldflags_for() {
 	case $(module_of "$1") in
 	kube) echo "-s -w $(kube_ldflags)" ;;
+	sdk) echo "-s -w $(sdk_ldflags)" ;;
 	containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(cd "$tools/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)" ;;
 	olmv1) olmv1_ldflags ;;
 	*) echo "-s -w" ;;

@@ -21,16 +21,24 @@ type RegistryOptions struct {
 	BlobDir string
 	// Log receives one line per request; nil discards them.
 	Log io.Writer
+	// TLSAddr, when set, serves the same registry over TLS on this address too, with the
+	// certificate and key in TLSCertFile and TLSKeyFile: for clients that speak only
+	// HTTPS to a registry (operator-sdk pulls an index image that way).
+	TLSAddr, TLSCertFile, TLSKeyFile string
 }
 
 // Registry is a running OCI distribution registry (go-containerregistry's
-// pkg/registry) served over plain HTTP.
+// pkg/registry) served over plain HTTP, and over TLS when asked.
 type Registry struct {
 	// Host is the registry's host:port, the first part of its image references.
 	Host string
+	// TLSHost is the TLS listener's host:port; empty without one.
+	TLSHost string
 
 	server *http.Server
 	done   chan error
+	// served counts the listeners whose Serve has not returned.
+	served int
 }
 
 // StartRegistry serves a registry on addr: "127.0.0.1:0" picks a free loopback port.
@@ -54,9 +62,19 @@ func StartRegistry(addr string, o RegistryOptions) (*Registry, error) {
 	r := &Registry{
 		Host:   ln.Addr().String(),
 		server: &http.Server{Handler: registry.New(opts...), ReadHeaderTimeout: 30 * time.Second},
-		done:   make(chan error, 1),
+		done:   make(chan error, 2),
+		served: 1,
 	}
 	go func() { r.done <- r.server.Serve(ln) }()
+	if o.TLSAddr != "" {
+		tln, err := net.Listen("tcp", o.TLSAddr)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("registry: listen on %s: %w", o.TLSAddr, err), r.Close())
+		}
+		r.TLSHost = tln.Addr().String()
+		r.served++
+		go func() { r.done <- r.server.ServeTLS(tln, o.TLSCertFile, o.TLSKeyFile) }()
+	}
 	return r, nil
 }
 
@@ -71,8 +89,10 @@ func (r *Registry) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := r.server.Shutdown(ctx)
-	if serveErr := <-r.done; !errors.Is(serveErr, http.ErrServerClosed) {
-		err = errors.Join(err, serveErr)
+	for range r.served {
+		if serveErr := <-r.done; !errors.Is(serveErr, http.ErrServerClosed) {
+			err = errors.Join(err, serveErr)
+		}
 	}
 	return err
 }

@@ -31,8 +31,18 @@ const lookahead = 2 * 366 * 24 * time.Hour
 
 // Defaults fill in what a recurring element leaves out: TimeZone is an IANA zone name,
 // Weekdays a range such as "Mon-Fri". Empty means no default, and an element that
-// omits the part is an error.
-type Defaults struct{ TimeZone, Weekdays string }
+// omits the part is an error. Calendars resolves holidays:<name> elements; with none,
+// such an element is an error.
+type Defaults struct {
+	TimeZone, Weekdays string
+	Calendars          Calendars
+}
+
+// Calendars looks holiday calendars up by name (see ParseCalendar). The error of an
+// unknown or invalid calendar names it and says why.
+type Calendars interface {
+	Calendar(name string) (*Schedule, error)
+}
 
 // Schedule is a parsed schedule. The nil Schedule contains no instant.
 type Schedule struct {
@@ -77,8 +87,22 @@ func Parse(spec string, d Defaults) (*Schedule, error) {
 	for i, part := range parts {
 		text := strings.TrimSpace(part)
 		p.warning = ""
-		r, e, err := p.element(text)
 		name := "element " + strconv.Itoa(i+1) + " " + strconv.Quote(text) + ": "
+		if calendar, ok := holidaysRef(text); ok {
+			cal, err := p.holidays(calendar)
+			if err != nil {
+				problems = append(problems, name+err.Error())
+				continue
+			}
+			// A calendar's elements join the schedule as they are: its absolute ranges
+			// stay absolute boundaries for Next.
+			s.elements = append(s.elements, cal.elements...)
+			for _, w := range cal.warnings {
+				s.warnings = append(s.warnings, name+w)
+			}
+			continue
+		}
+		r, e, err := p.element(text)
 		if err != nil {
 			problems = append(problems, name+err.Error())
 			continue

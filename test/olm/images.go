@@ -21,6 +21,11 @@ import (
 // registry: an image pushed there as "phalanks/x:v1" runs as "quay.io/phalanks/x:v1".
 const mirrored = "quay.io/"
 
+// Mirrors are the registries the node pulls from its local registry instead: ours and
+// operator-sdk's (quay.io), and the one of the image operator-sdk run bundle-upgrade
+// always decompresses its catalog with (registry.access.redhat.com).
+var Mirrors = []string{"quay.io", "registry.access.redhat.com"}
+
 // Images builds the project's images with the release process's own definitions
 // (hack/olm/images), for the node's platform only, and pushes them to the node's registry
 // under the names the releases publish them as.
@@ -57,11 +62,12 @@ func (im *Images) push(ctx context.Context, spec hackimages.Spec, ref string) (s
 }
 
 func (im *Images) pushArtifact(ctx context.Context, a imagebuild.Artifact, ref string) (string, error) {
-	path, ok := strings.CutPrefix(ref, mirrored)
-	if !ok {
-		return "", fmt.Errorf("%s is not an image the node mirrors (%s…)", ref, mirrored)
+	for _, m := range Mirrors {
+		if path, ok := strings.CutPrefix(ref, m+"/"); ok {
+			return im.c.Push(ctx, path, a)
+		}
 	}
-	return im.c.Push(ctx, path, a)
+	return "", fmt.Errorf("%s is not an image the node mirrors (%v)", ref, Mirrors)
 }
 
 // PushRelease builds and pushes the images a release's bundle names: the operator and
@@ -132,15 +138,69 @@ func (im *Images) PushOLMImages(ctx context.Context, catalogRef string) (util, o
 	return util, catalogRef, nil
 }
 
-// PushBusybox pushes the busybox image (Debian's static busybox) as ref: what
-// operator-sdk scorecard's untar step runs.
-func (im *Images) PushBusybox(ctx context.Context, ref string) error {
-	img, err := images.Busybox(ctx)
+// PushScorecardTest pushes the image operator-sdk's built-in scorecard tests run in (the
+// scorecard-test binary of the sdk tool set, laid out as operator-sdk publishes it) as
+// ref, the name the bundle's scorecard configuration gives it.
+func (im *Images) PushScorecardTest(ctx context.Context, ref string) error {
+	bin, err := tools.Path("scorecard-test")
+	if err != nil {
+		return err
+	}
+	// As operator-sdk publishes it: the binary at /usr/local/bin, run as user 1001 with
+	// its home as working directory. A test pod's command is `scorecard-test <test>`.
+	img, err := imagebuild.Image(imagebuild.Config{
+		Platform:   images.Platform(),
+		Entrypoint: []string{"/usr/local/bin/scorecard-test"},
+		User:       "1001",
+		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/opt/scorecard-test"},
+		WorkingDir: "/opt/scorecard-test",
+	}, []imagebuild.Entry{
+		imagebuild.HostFile("/usr/local/bin/scorecard-test", bin, 0o755),
+		imagebuild.Dir("/opt/scorecard-test", 0o755).Owner(1001, 0),
+	})
 	if err != nil {
 		return err
 	}
 	_, err = im.pushArtifact(ctx, img, ref)
 	return err
+}
+
+// PushIndexImage pushes the opm image `operator-sdk run bundle --index-image` names
+// (images.OPM) to the node's registry as repository ("path/name:tag") and returns the
+// reference the node and the operator-sdk command both pull it by, over TLS.
+func (im *Images) PushIndexImage(ctx context.Context, repository string) (string, error) {
+	img, err := images.OPM(ctx, filepath.Join(im.dir, "opm"))
+	if err != nil {
+		return "", err
+	}
+	if _, err := im.c.Push(ctx, repository, img); err != nil {
+		return "", err
+	}
+	return cluster.RegistryTLSHost + "/" + repository, nil
+}
+
+// PrivateRegistry is the reference of an image pushed under the mirrored registry as the
+// local registry's TLS listener serves it, as from a private registry with its own CA:
+// what operator-sdk run bundle pulls (it speaks only HTTPS to an index image's registry),
+// and the node too.
+func PrivateRegistry(ref string) string {
+	return cluster.RegistryTLSHost + "/" + strings.TrimPrefix(ref, mirrored)
+}
+
+// PushBusybox pushes the busybox image (Debian's static busybox) as each of refs: what
+// operator-sdk scorecard's untar step runs, and the registry pods of operator-sdk run
+// bundle decompress their catalog with (sh, cat and gzip).
+func (im *Images) PushBusybox(ctx context.Context, refs ...string) error {
+	img, err := images.Busybox(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		if _, err := im.pushArtifact(ctx, img, ref); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PushTestApp pushes testapp, the web server users' workloads run in the suite (Foo's

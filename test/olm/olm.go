@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 	"github.com/phalanks/phalanks-operator/test/harness/cluster"
 	"github.com/phalanks/phalanks-operator/test/harness/crds"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
@@ -135,26 +133,16 @@ func installOLMCRDs(ctx context.Context, k8s client.Client) error {
 	if err != nil {
 		return err
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "deploy", "chart", "crds", "*.crd.yaml"))
-	if err != nil || len(files) == 0 {
-		return fmt.Errorf("no OLM CRDs in %s/deploy/chart/crds: %w", dir, err)
+	loaded, err := crds.Load(filepath.Join(dir, "deploy", "chart", "crds"))
+	if err != nil {
+		return fmt.Errorf("OLM's CRDs: %w", err)
 	}
 	var names []string
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
+	for _, crd := range loaded {
+		if err := k8s.Create(ctx, crd); client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("create CRD %s: %w", crd.GetName(), err)
 		}
-		objs, err := bundle.DecodeObjects(data)
-		if err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		for _, u := range objs {
-			if err := k8s.Create(ctx, u); client.IgnoreAlreadyExists(err) != nil {
-				return fmt.Errorf("create CRD %s: %w", u.GetName(), err)
-			}
-			names = append(names, u.GetName())
-		}
+		names = append(names, crd.GetName())
 	}
 	for _, name := range names {
 		if err := crds.WaitEstablished(ctx, k8s, name, time.Minute); err != nil {

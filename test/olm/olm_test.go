@@ -65,18 +65,20 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 	AfterEach(func() {
 		pods := &corev1.PodList{}
 		Expect(k8s.List(ctx, pods, client.InNamespace(installNamespace))).To(Succeed())
-		for _, p := range pods.Items {
+		sdkPods := &corev1.PodList{}
+		Expect(k8s.List(ctx, sdkPods, client.InNamespace(sdkNamespace), client.HasLabels{"control-plane"})).To(Succeed())
+		for _, p := range append(pods.Items, sdkPods.Items...) {
 			if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
 				continue
 			}
-			log := podLog(p.Name)
+			log := podLog(p.Namespace, p.Name)
 			var denied []string
 			for line := range strings.Lines(log) {
 				if strings.Contains(line, "is forbidden") {
 					denied = append(denied, line)
 				}
 			}
-			Expect(denied).To(BeEmpty(), "pod %s/%s: requests the bundle's RBAC does not allow", installNamespace, p.Name)
+			Expect(denied).To(BeEmpty(), "pod %s/%s: requests the bundle's RBAC does not allow", p.Namespace, p.Name)
 		}
 	})
 
@@ -253,7 +255,7 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 		expectSettled(current)
 	})
 
-	itRunsTheCustomScorecardTests()
+	itRunsTheScorecard()
 
 	var beforeUninstall map[string]string
 
@@ -346,6 +348,8 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 		Eventually(func(g Gomega) { g.Expect(readSnapshot("")).To(Equal(beforeUninstall)) }).
 			WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
 	})
+
+	itRunsTheOperatorSDKInstallCommands()
 })
 
 // uninstallCommands are the kubectl commands docs/olm.md gives to uninstall: delete the
@@ -365,6 +369,22 @@ func uninstallCommands(deployment string) [][]string {
 // stops serving v1alpha1 on the StorageBucket CRD, and checks that it patches v1alpha1.
 const stopServingV1alpha1 = `[{"op":"test","path":"/spec/versions/0/name","value":"v1alpha1"},` +
 	`{"op":"replace","path":"/spec/versions/0/served","value":false}]`
+
+// docsYAMLBlock returns the first YAML code block of docs/olm.md after the heading that
+// reads title: what the docs tell users to apply, as they would copy it.
+func docsYAMLBlock(title string) string {
+	GinkgoHelper()
+	doc := docsOLM()
+	i := strings.Index(doc, "\n## "+title+"\n")
+	Expect(i).NotTo(BeNumerically("<", 0), "docs/olm.md has a section %q", title)
+	rest := doc[i:]
+	start := strings.Index(rest, "```yaml\n")
+	Expect(start).NotTo(BeNumerically("<", 0), "section %q of docs/olm.md has a YAML block", title)
+	rest = rest[start+len("```yaml\n"):]
+	end := strings.Index(rest, "```")
+	Expect(end).NotTo(BeNumerically("<", 0))
+	return rest[:end]
+}
 
 func docsOLM() string {
 	GinkgoHelper()
@@ -451,11 +471,11 @@ func expectBundleUnpacked(r *olm.Release) {
 // bundleUnpackRefLabel marks OLM's bundle unpack Jobs.
 const bundleUnpackRefLabel = "operatorframework.io/bundle-unpack-ref"
 
-// podLog returns a pod's log in the install namespace.
-func podLog(name string) string {
+// podLog returns a pod's log.
+func podLog(namespace, name string) string {
 	GinkgoHelper()
-	data, err := cs.CoreV1().Pods(installNamespace).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	Expect(err).NotTo(HaveOccurred(), "log of pod %s/%s", installNamespace, name)
+	data, err := cs.CoreV1().Pods(namespace).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	Expect(err).NotTo(HaveOccurred(), "log of pod %s/%s", namespace, name)
 	return string(data)
 }
 

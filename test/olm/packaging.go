@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"path/filepath"
 
 	"github.com/blang/semver/v4"
@@ -23,7 +24,8 @@ const imageRegistry = "quay.io/phalanks"
 // Release is the tree packaged as one version.
 type Release struct {
 	Version string
-	// BundleDir is the generated bundle directory (manifests/, metadata/, tests/).
+	// BundleDir is the generated bundle directory (manifests/, metadata/, tests/), with
+	// its bundle.Dockerfile in the parent directory.
 	BundleDir string
 	// CSV is the bundle's ClusterServiceVersion.
 	CSV *operatorsv1alpha1.ClusterServiceVersion
@@ -51,14 +53,10 @@ func ReleasedVersion() (semver.Version, error) {
 	return b.CSV.Spec.Version.Version, nil
 }
 
-// PackageRelease generates the bundle of the tree as version with the project's
-// generator (what `make bundle VERSION=...` runs) into dir.
-func PackageRelease(ctx context.Context, version semver.Version, dir string) (*Release, error) {
+// PackageRelease packages the tree as version the way a release does: `make bundle
+// VERSION=… IMG=… SCORECARD_TEST_IMG=…` (operator-sdk) in a copy of the tree under dir.
+func PackageRelease(ctx context.Context, version semver.Version, dir string, log io.Writer) (*Release, error) {
 	root, err := tools.RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	kustomize, err := tools.Path("kustomize")
 	if err != nil {
 		return nil, err
 	}
@@ -68,18 +66,14 @@ func PackageRelease(ctx context.Context, version semver.Version, dir string) (*R
 		ScorecardImage: fmt.Sprintf("%s/phalanks-operator-scorecard-tests:v%s", imageRegistry, version),
 		BundleImage:    fmt.Sprintf("%s/phalanks-operator-bundle:v%s", imageRegistry, version),
 	}
-	files, err := bundle.Generate(ctx, root, kustomize, bundle.Params{
+	r.BundleDir, err = bundle.Generate(ctx, root, dir, bundle.Params{
 		Version:        r.Version,
 		Image:          r.Image,
 		ScorecardImage: r.ScorecardImage,
-	})
+	}, log)
 	if err != nil {
-		return nil, fmt.Errorf("generate the bundle of %s: %w", version, err)
+		return nil, fmt.Errorf("package %s: %w", version, err)
 	}
-	if err := bundle.Write(dir, files); err != nil {
-		return nil, err
-	}
-	r.BundleDir = filepath.Join(dir, bundle.Dir)
 	b, err := apimanifests.GetBundleFromDir(r.BundleDir)
 	if err != nil {
 		return nil, fmt.Errorf("load the bundle of %s: %w", version, err)

@@ -9,27 +9,32 @@ import (
 	"github.com/phalanks/phalanks-operator/test/olm"
 )
 
-func TestPassed(t *testing.T) {
+func TestFailures(t *testing.T) {
+	test := func(results ...scapiv1alpha3.TestResult) scapiv1alpha3.Test {
+		return scapiv1alpha3.Test{
+			Spec:   scapiv1alpha3.TestConfiguration{Entrypoint: []string{"scorecard-test", "x"}},
+			Status: scapiv1alpha3.TestStatus{Results: results},
+		}
+	}
 	for name, tc := range map[string]struct {
-		results []scapiv1alpha3.TestResult
-		err     string
+		tests []scapiv1alpha3.Test
+		want  []string
 	}{
-		"every result passed": {results: []scapiv1alpha3.TestResult{{Name: "a", State: scapiv1alpha3.PassState}}},
-		"a failed result fails the run": {
-			results: []scapiv1alpha3.TestResult{{Name: "a", State: scapiv1alpha3.PassState}, {Name: "b", State: scapiv1alpha3.FailState, Errors: []string{"boom"}}},
-			err:     "b: fail [boom]",
+		"every result passed": {tests: []scapiv1alpha3.Test{test(scapiv1alpha3.TestResult{Name: "a", State: scapiv1alpha3.PassState})}},
+		"a failed result is listed with its errors": {
+			tests: []scapiv1alpha3.Test{test(
+				scapiv1alpha3.TestResult{Name: "a", State: scapiv1alpha3.PassState},
+				scapiv1alpha3.TestResult{Name: "b", State: scapiv1alpha3.FailState, Errors: []string{"boom"}})},
+			want: []string{"b: fail [boom]"},
 		},
-		"an errored result fails the run": {results: []scapiv1alpha3.TestResult{{Name: "c", State: scapiv1alpha3.ErrorState}}, err: "c: error"},
-		"no result fails the run":         {err: "no result"},
+		"an errored result is listed": {
+			tests: []scapiv1alpha3.Test{test(scapiv1alpha3.TestResult{Name: "c", State: scapiv1alpha3.ErrorState})},
+			want:  []string{"c: error []"},
+		},
+		"a test without result is listed": {tests: []scapiv1alpha3.Test{test()}, want: []string{"[scorecard-test x]: no result"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			g := NewWithT(t)
-			err := olm.Passed(scapiv1alpha3.TestStatus{Results: tc.results})
-			if tc.err == "" {
-				g.Expect(err).NotTo(HaveOccurred())
-			} else {
-				g.Expect(err).To(MatchError(ContainSubstring(tc.err)))
-			}
+			NewWithT(t).Expect(olm.Failures(scapiv1alpha3.TestList{Items: tc.tests})).To(Equal(tc.want))
 		})
 	}
 }

@@ -65,8 +65,11 @@ var (
 	// holding previous → current, whose channel entries are upgradeChannel.
 	previousCatalog, upgradeCatalog string
 	upgradeChannel                  []declcfg.ChannelEntry
-	// untarImage is the busybox image operator-sdk scorecard's untar step runs here.
+	// untarImage is the busybox image operator-sdk scorecard's untar step runs here, and
+	// the registry pod of operator-sdk run bundle decompresses its catalog with.
 	untarImage string
+	// indexImage is the opm image operator-sdk run bundle serves its catalog with.
+	indexImage string
 )
 
 // The catalog images' references, as a release would publish them.
@@ -74,6 +77,9 @@ const (
 	previousCatalogImage = "quay.io/phalanks/phalanks-operator-catalog:e2e-previous"
 	upgradeCatalogImage  = "quay.io/phalanks/phalanks-operator-catalog:e2e-upgrade"
 	busyboxImage         = "quay.io/phalanks-e2e/busybox:1.35"
+	// decompressionImage is the image operator-sdk run bundle-upgrade always decompresses
+	// its catalog with (run bundle's --decompression-image default); busybox serves here.
+	decompressionImage = "registry.access.redhat.com/ubi9/ubi:9.8"
 	// testAppImage is what Foo's Deployment runs.
 	testAppImage = "quay.io/phalanks-e2e/testapp:1"
 )
@@ -87,6 +93,23 @@ func newScheme() *runtime.Scheme {
 	utilruntime.Must(phalanksv1alpha1.AddToScheme(s))
 	utilruntime.Must(phalanksv1beta1.AddToScheme(s))
 	return s
+}
+
+// builtinScorecardImage is the image the bundle's scorecard configuration names for
+// operator-sdk's built-in tests (quay.io/operator-framework/scorecard-test:<version>).
+func builtinScorecardImage(bundleDir string) (string, error) {
+	cfg, err := readScorecardConfig(bundleDir)
+	if err != nil {
+		return "", err
+	}
+	for _, s := range cfg.Stages {
+		for _, t := range s.Tests {
+			if len(t.Entrypoint) > 0 && t.Entrypoint[0] == "scorecard-test" {
+				return t.Image, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("the scorecard configuration of %s names no built-in test", bundleDir)
 }
 
 // logDir holds every process's log.
@@ -103,20 +126,20 @@ var _ = BeforeSuite(func() {
 	Expect(os.MkdirAll(logDir(), 0o700)).To(Succeed())
 	fmt.Fprintf(os.Stderr, "test/olm: logs and data in %s (kept if the suite fails)\n", dir)
 
-	By("packaging the tree at two versions with the project's bundle and catalog generator")
+	By("packaging the tree at two versions with make bundle (operator-sdk), as a release does")
 	// operator-registry reports optional bundle files it did not find at info level.
 	logrus.SetLevel(logrus.WarnLevel)
 	released, err := olm.ReleasedVersion()
 	check(err)
 	next := semver.Version{Major: released.Major, Minor: released.Minor, Patch: released.Patch + 1}
-	previous, err = olm.PackageRelease(ctx, released, filepath.Join(dir, "releases", released.String()))
+	previous, err = olm.PackageRelease(ctx, released, filepath.Join(dir, "releases", released.String()), GinkgoWriter)
 	check(err)
-	current, err = olm.PackageRelease(ctx, next, filepath.Join(dir, "releases", next.String()))
+	current, err = olm.PackageRelease(ctx, next, filepath.Join(dir, "releases", next.String()), GinkgoWriter)
 	check(err)
 
-	By("starting the local cluster with a real node and API aggregation, its registry mirroring quay.io")
+	By("starting the local cluster with a real node and API aggregation, its registry mirroring quay.io and registry.access.redhat.com")
 	start := time.Now()
-	local, err = cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), RealNode: true, Aggregation: true, Mirrors: []string{"quay.io"}})
+	local, err = cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), RealNode: true, Aggregation: true, Mirrors: olm.Mirrors})
 	check(err)
 	DeferCleanup(func() { check(local.Shutdown()) })
 	k8s, err = client.New(local.Config, client.Options{Scheme: scheme})
@@ -141,9 +164,14 @@ var _ = BeforeSuite(func() {
 	previousCatalog, upgradeCatalog = previousCatalogImage, upgradeCatalogImage
 	utilImage, opmImage, err := im.PushOLMImages(ctx, previousCatalogImage)
 	check(err)
-	check(im.PushBusybox(ctx, busyboxImage))
+	check(im.PushBusybox(ctx, busyboxImage, decompressionImage))
 	check(im.PushTestApp(ctx, testAppImage))
 	untarImage = busyboxImage
+	builtin, err := builtinScorecardImage(current.BundleDir)
+	check(err)
+	check(im.PushScorecardTest(ctx, builtin))
+	indexImage, err = im.PushIndexImage(ctx, "phalanks-e2e/opm:e2e")
+	check(err)
 	GinkgoWriter.Printf("images built and pushed in %s\n", time.Since(start).Round(time.Millisecond))
 
 	By("starting OLM's olm and catalog operators and package-server out of cluster")

@@ -35,6 +35,7 @@ import (
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 	"github.com/phalanks/phalanks-operator/test/olm"
 	"github.com/phalanks/phalanks-operator/test/olmv1"
@@ -321,26 +322,53 @@ func expectReconciled(what string, check func(g Gomega)) {
 	Eventually(check).WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed(), what)
 }
 
-func storageBucketReady(name string) func(g Gomega) {
+func storageBucketReady(namespace, name string) func(g Gomega) {
 	return func(g Gomega) {
 		sb := &phalanksv1beta1.StorageBucket{}
-		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: name}, sb)).To(Succeed())
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, sb)).To(Succeed())
 		ready := meta.FindStatusCondition(sb.Status.Conditions, phalanksv1beta1.ConditionReady)
-		g.Expect(ready).NotTo(BeNil(), "StorageBucket %s/%s has no Ready condition; status %+v", userNamespace, name, sb.Status)
-		g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "StorageBucket %s/%s Ready: %s: %s", userNamespace, name, ready.Reason, ready.Message)
+		g.Expect(ready).NotTo(BeNil(), "StorageBucket %s/%s has no Ready condition; status %+v", namespace, name, sb.Status)
+		g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "StorageBucket %s/%s Ready: %s: %s", namespace, name, ready.Reason, ready.Message)
 		g.Expect(ready.ObservedGeneration).To(Equal(sb.Generation))
 	}
 }
 
-func fooDeploymentAvailable(name string, replicas int32) func(g Gomega) {
+func fooDeploymentAvailable(namespace, name string) func(g Gomega) {
 	return func(g Gomega) {
 		foo := &phalanksv1alpha1.Foo{}
-		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: name}, foo)).To(Succeed())
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, foo)).To(Succeed())
 		dep := &appsv1.Deployment{}
-		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: foo.Spec.DeploymentName}, dep)).To(Succeed())
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: foo.Spec.DeploymentName}, dep)).To(Succeed())
 		g.Expect(metav1.GetControllerOf(dep)).To(HaveValue(HaveField("UID", foo.UID)))
-		g.Expect(dep.Status.AvailableReplicas).To(Equal(replicas), "Deployment %s/%s status %+v", userNamespace, dep.Name, dep.Status)
-		g.Expect(foo.Status.AvailableReplicas).To(Equal(replicas), "Foo %s/%s status %+v", userNamespace, name, foo.Status)
+		g.Expect(foo.Spec.Replicas).NotTo(BeNil())
+		g.Expect(dep.Status.AvailableReplicas).To(Equal(*foo.Spec.Replicas), "Deployment %s/%s status %+v", namespace, dep.Name, dep.Status)
+		g.Expect(foo.Status.AvailableReplicas).To(Equal(*foo.Spec.Replicas), "Foo %s/%s status %+v", namespace, name, foo.Status)
+	}
+}
+
+// samples are the CSV's alm-examples, in samplesNamespace.
+func samples(r *olm.Release) []*unstructured.Unstructured {
+	GinkgoHelper()
+	examples, err := bundle.ALMExamples(r.CSV)
+	check(err)
+	Expect(examples).NotTo(BeEmpty())
+	for _, obj := range examples {
+		obj.SetNamespace(samplesNamespace)
+	}
+	return examples
+}
+
+// expectSamplesReady waits until every StorageBucket sample is Ready and every Foo
+// sample's Deployment Available.
+func expectSamplesReady(examples []*unstructured.Unstructured) {
+	GinkgoHelper()
+	for _, obj := range examples {
+		switch obj.GetKind() {
+		case "StorageBucket":
+			expectReconciled("sample StorageBucket "+obj.GetName()+" Ready", storageBucketReady(samplesNamespace, obj.GetName()))
+		case "Foo":
+			expectReconciled("sample Foo "+obj.GetName()+" owns an Available Deployment", fooDeploymentAvailable(samplesNamespace, obj.GetName()))
+		}
 	}
 }
 
@@ -361,23 +389,36 @@ func snapshot() map[string]string {
 }
 
 // readSnapshot is snapshot returning read errors, for Eventually to retry them (the
-// conversion webhook is briefly away while the manager rolls over).
+// conversion webhook is briefly away while the manager rolls over). It covers the
+// StorageBuckets of userNamespace and every sample: StorageBuckets through both served
+// versions, Foos with the identity of the Deployment they own.
 func readSnapshot() (map[string]string, error) {
 	out := map[string]string{}
-	add := func(key string, spec any) error {
-		data, err := json.Marshal(spec)
+	add := func(key string, v any) error {
+		data, err := json.Marshal(v)
 		out[key] = string(data)
 		return err
 	}
 	var errs []error
-	for _, name := range buckets {
-		key := client.ObjectKey{Namespace: userNamespace, Name: name}
-		beta, alpha := &phalanksv1beta1.StorageBucket{}, &phalanksv1alpha1.StorageBucket{}
-		errs = append(errs, k8s.Get(ctx, key, beta), k8s.Get(ctx, key, alpha),
-			add("StorageBucket/"+name+"@v1beta1", beta.Spec), add("StorageBucket/"+name+"@v1alpha1", alpha.Spec))
+	for _, ns := range []string{userNamespace, samplesNamespace} {
+		betas := &phalanksv1beta1.StorageBucketList{}
+		if err := k8s.List(ctx, betas, client.InNamespace(ns)); err != nil {
+			return nil, err
+		}
+		for _, beta := range betas.Items {
+			key := ns + "/" + beta.Name
+			alpha := &phalanksv1alpha1.StorageBucket{}
+			errs = append(errs, k8s.Get(ctx, client.ObjectKeyFromObject(&beta), alpha),
+				add("StorageBucket/"+key+"@v1beta1", beta.Spec), add("StorageBucket/"+key+"@v1alpha1", alpha.Spec))
+		}
 	}
-	foo := &phalanksv1alpha1.Foo{}
-	errs = append(errs, k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: "web"}, foo), add("Foo/web@v1alpha1", foo.Spec))
+	foos := &phalanksv1alpha1.FooList{}
+	errs = append(errs, k8s.List(ctx, foos, client.InNamespace(samplesNamespace)))
+	for _, foo := range foos.Items {
+		dep := &appsv1.Deployment{}
+		errs = append(errs, k8s.Get(ctx, client.ObjectKey{Namespace: samplesNamespace, Name: foo.Spec.DeploymentName}, dep),
+			add("Foo/"+foo.Name, foo.Spec), add("Foo/"+foo.Name+"/Deployment", dep.UID))
+	}
 	return out, errors.Join(errs...)
 }
 
@@ -403,4 +444,12 @@ func getObject(bucket, name string) (string, error) {
 	var buf bytes.Buffer
 	_, err = buf.ReadFrom(obj)
 	return buf.String(), err
+}
+
+func bucketExists(name string) (bool, error) {
+	c, err := s3.Client()
+	if err != nil {
+		return false, err
+	}
+	return c.BucketExists(ctx, name)
 }

@@ -17,11 +17,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	harnesssamples "github.com/phalanks/phalanks-operator/test/harness/samples"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 	"github.com/phalanks/phalanks-operator/test/olmv1"
 )
@@ -31,6 +31,8 @@ const (
 	installNamespace = "phalanks-operator"
 	// userNamespace holds the users' objects: an AllNamespaces install serves it too.
 	userNamespace = "team-a"
+	// samplesNamespace holds the CSV's alm-examples, pointed at MinIO.
+	samplesNamespace = "samples"
 	// extension and catalogName are the names docs/olm.md gives the ClusterExtension and
 	// the ClusterCatalog.
 	extension   = "phalanks-operator"
@@ -222,15 +224,22 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 		Expect(read.Spec.HealthCheck.IntervalDuration()).To(Equal(10*time.Second), "the v1alpha1 update, stored as v1beta1")
 	})
 
-	It("reconciles StorageBuckets and a Foo to Ready", func() {
-		Expect(k8s.Create(ctx, &phalanksv1alpha1.Foo{
-			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: userNamespace},
-			Spec:       phalanksv1alpha1.FooSpec{DeploymentName: "web", Replicas: ptr.To[int32](2), Image: testAppImage},
-		})).To(Succeed())
+	It("reconciles StorageBuckets to Ready, and the CSV's samples, pointed at MinIO", func() {
 		for _, name := range buckets {
-			expectReconciled("StorageBucket "+userNamespace+"/"+name+" Ready", storageBucketReady(name))
+			expectReconciled("StorageBucket "+userNamespace+"/"+name+" Ready", storageBucketReady(userNamespace, name))
 		}
-		expectReconciled("Foo "+userNamespace+"/web owns an Available Deployment with 2 replicas", fooDeploymentAvailable("web", 2))
+		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: samplesNamespace}})).To(Succeed())
+		examples := samples(previous)
+		for _, obj := range examples {
+			switch obj.GetKind() {
+			case "StorageBucket":
+				check(harnesssamples.PointAtMinIO(ctx, k8s, s3, obj))
+			case "Foo":
+				Expect(unstructured.SetNestedField(obj.Object, testAppImage, "spec", "image")).To(Succeed())
+			}
+			Expect(k8s.Create(ctx, obj)).To(Succeed(), "%s %s", obj.GetKind(), obj.GetName())
+		}
+		expectSamplesReady(examples)
 	})
 
 	It("puts back an installed object someone deleted, at once (drift detection through the tracking cache)", func() {
@@ -258,10 +267,10 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 		Eventually(func(g Gomega) { g.Expect(readSnapshot()).To(Equal(beforeUpgrade)) }).
 			WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
 		for _, name := range buckets {
-			expectReconciled("StorageBucket "+userNamespace+"/"+name+" Ready after the upgrade", storageBucketReady(name))
+			expectReconciled("StorageBucket "+userNamespace+"/"+name+" Ready after the upgrade", storageBucketReady(userNamespace, name))
 			Expect(getObject(name, "user-data.txt")).To(Equal("written before the operator was installed"))
 		}
-		expectReconciled("Foo "+userNamespace+"/web still owns its Available Deployment", fooDeploymentAvailable("web", 2))
+		expectSamplesReady(samples(previous))
 		Eventually(storedVersions).WithTimeout(reconcileTimeout).WithPolling(poll).Should(Equal([]string{"v1beta1"}),
 			"the operator's storage migration leaves only the storage version")
 	})
@@ -293,24 +302,17 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 	})
 
 	It("uninstalls when the ClusterExtension is deleted: the CRDs go, with every StorageBucket and Foo and what the Foos own; the buckets and their data stay", func() {
-		By("having a StorageBucket that manages its bucket and would delete it with itself, the bucket holding data: the operator's finalizer is on it")
-		managed := &phalanksv1beta1.StorageBucket{
-			ObjectMeta: metav1.ObjectMeta{Name: managedBucket, Namespace: userNamespace},
-			Spec: phalanksv1beta1.StorageBucketSpec{
-				BucketName:           managedBucket,
-				Endpoint:             s3.URL,
-				InsecureAllowHTTP:    true,
-				Region:               s3.Region,
-				CredentialsSecretRef: &phalanksv1beta1.CredentialsSecretReference{Name: "minio-credentials"},
-				ManagementPolicy:     phalanksv1beta1.ManagementManage,
-				DeletionPolicy:       phalanksv1beta1.DeletionDelete,
-			},
+		By("having data in the bucket of the sample that manages its bucket and deletes it with itself (deletionPolicy Delete, nonEmptyStrategy Fail): the operator's finalizer is on it")
+		deleting := sampleWithDeletionPolicy(phalanksv1beta1.DeletionDelete)
+		Expect(putObject(deleting.Spec.BucketName, "user-data.txt", "written while the operator managed the bucket")).To(Succeed())
+		Expect(deleting.Finalizers).To(ContainElement(phalanksv1beta1.FinalizerBucketDeletion))
+		sampleBuckets := map[string]bool{}
+		for _, obj := range samples(current) {
+			if obj.GetKind() == "StorageBucket" {
+				sb := must(harnesssamples.AsHub(obj))
+				sampleBuckets[sb.Spec.BucketName] = true
+			}
 		}
-		Expect(k8s.Create(ctx, managed)).To(Succeed())
-		expectReconciled("StorageBucket "+userNamespace+"/"+managedBucket+" Ready, its bucket created", storageBucketReady(managedBucket))
-		Expect(putObject(managedBucket, "user-data.txt", "written while the operator managed the bucket")).To(Succeed())
-		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(managed), managed)).To(Succeed())
-		Expect(managed.Finalizers).To(ContainElement(phalanksv1beta1.FinalizerBucketDeletion))
 
 		By("running the command docs/olm.md gives")
 		for _, args := range [][]string{{"delete", "clusterextension", extension}} {
@@ -324,57 +326,66 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 			g.Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: extension}, u))).To(BeTrue(), "ClusterExtension %s still exists: %v", extension, u.Object["status"])
 		}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 
-		By("deleting what it installed: the operator's Deployment and pods, its webhook Service and certificate, the Foo CRD and every Foo, and the Deployments the Foos owned")
+		By("deleting what it installed: the operator's Deployment and pods, its webhook Service and Certificate, the Foo CRD, every Foo and the Deployments they owned, every StorageBucket without the finalizer")
 		Eventually(func(g Gomega) {
 			for _, obj := range []client.Object{
 				&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: deploymentName(current)}},
 				&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: deploymentName(current) + "-service"}},
 				&apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "foos.phalanks.io"}},
-				&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: userNamespace, Name: "web"}},
 			} {
 				err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%T %s/%s: %v", obj, obj.GetNamespace(), obj.GetName(), err)
 			}
-			pods := &corev1.PodList{}
-			g.Expect(k8s.List(ctx, pods, client.InNamespace(installNamespace))).To(Succeed())
-			g.Expect(pods.Items).To(BeEmpty())
+			for _, ns := range []string{installNamespace, samplesNamespace} {
+				pods := &corev1.PodList{}
+				g.Expect(k8s.List(ctx, pods, client.InNamespace(ns))).To(Succeed())
+				g.Expect(pods.Items).To(BeEmpty(), "pods in %s: the operator's, and the sample Foo's Deployment's", ns)
+			}
+			deps := &appsv1.DeploymentList{}
+			g.Expect(k8s.List(ctx, deps, client.InNamespace(samplesNamespace))).To(Succeed())
+			g.Expect(deps.Items).To(BeEmpty(), "the sample Foo's Deployment goes with the Foo")
 			certs := &unstructured.UnstructuredList{}
 			certs.SetGroupVersionKind(schema.GroupVersionKind{Group: certManagerGroup, Version: "v1", Kind: "CertificateList"})
 			g.Expect(k8s.List(ctx, certs, client.InNamespace(installNamespace))).To(Succeed())
 			g.Expect(certs.Items).To(BeEmpty())
 			list := &phalanksv1beta1.StorageBucketList{}
-			g.Expect(k8s.List(ctx, list, client.InNamespace(userNamespace))).To(Succeed())
-			names := []string{}
+			g.Expect(k8s.List(ctx, list)).To(Succeed())
+			var left []string
 			for _, sb := range list.Items {
-				names = append(names, sb.Name)
+				left = append(left, sb.Namespace+"/"+sb.Name)
 			}
-			g.Expect(names).To(ConsistOf(managedBucket), "every StorageBucket without the finalizer is gone")
+			g.Expect(left).To(ConsistOf(samplesNamespace+"/"+deleting.Name), "every StorageBucket without the finalizer is gone")
 		}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 
 		By("leaving the StorageBucket with the finalizer, and its CRD, Terminating: no operator runs to act on its deletion policy")
-		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(managed), managed)).To(Succeed())
-		Expect(managed.DeletionTimestamp).NotTo(BeNil())
-		Expect(managed.Finalizers).To(ContainElement(phalanksv1beta1.FinalizerBucketDeletion))
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(deleting), deleting)).To(Succeed())
+		Expect(deleting.DeletionTimestamp).NotTo(BeNil())
+		Expect(deleting.Finalizers).To(ContainElement(phalanksv1beta1.FinalizerBucketDeletion))
 		crd := &apiextensionsv1.CustomResourceDefinition{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Name: storageBucketCRD}, crd)).To(Succeed())
 		Expect(crd.DeletionTimestamp).NotTo(BeNil())
 
-		By("finishing with the command docs/olm.md gives: removing the finalizer by hand")
-		patch := []string{"patch", "storagebuckets.v1beta1.phalanks.io", managedBucket, "-n", userNamespace, "--type=json", "--patch=" + removeFinalizers}
+		By("finishing with the commands docs/olm.md gives: listing what waits, removing the finalizer by hand")
+		list := []string{"get", "storagebuckets", "-A", "-o", "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,FINALIZERS:.metadata.finalizers"}
+		Expect(docsOLMv1()).To(ContainSubstring("kubectl " + strings.Join(list, " ")))
+		Expect(kubectl(list...)).To(MatchRegexp(`(?m)^%s\s+%s\s+\[%s\]`, samplesNamespace, deleting.Name, phalanksv1beta1.FinalizerBucketDeletion))
 		Expect(docsOLMv1()).To(ContainSubstring("kubectl patch storagebuckets.v1beta1.phalanks.io NAME -n NAMESPACE --type=json --patch='" + removeFinalizers + "'"))
-		kubectl(patch...)
+		kubectl("patch", "storagebuckets.v1beta1.phalanks.io", deleting.Name, "-n", samplesNamespace, "--type=json", "--patch="+removeFinalizers)
 		Eventually(func(g Gomega) {
 			err := k8s.Get(ctx, client.ObjectKey{Name: storageBucketCRD}, &apiextensionsv1.CustomResourceDefinition{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "CRD %s: %v", storageBucketCRD, err)
 		}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 
-		By("keeping every bucket and its data, the users' Secret and both namespaces")
+		By("keeping every bucket and its data, the credentials Secrets and the namespaces")
 		for _, name := range buckets {
 			Expect(getObject(name, "user-data.txt")).To(Equal("written before the operator was installed"))
 		}
-		Expect(getObject(managedBucket, "user-data.txt")).To(Equal("written while the operator managed the bucket"))
+		for name := range sampleBuckets {
+			Expect(bucketExists(name)).To(BeTrue(), "the sample's bucket %s", name)
+		}
+		Expect(getObject(deleting.Spec.BucketName, "user-data.txt")).To(Equal("written while the operator managed the bucket"))
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: "minio-credentials"}, &corev1.Secret{})).To(Succeed())
-		for _, name := range []string{installNamespace, userNamespace} {
+		for _, name := range []string{installNamespace, userNamespace, samplesNamespace} {
 			ns := &corev1.Namespace{}
 			Expect(k8s.Get(ctx, client.ObjectKey{Name: name}, ns)).To(Succeed())
 			Expect(ns.DeletionTimestamp).To(BeNil())
@@ -382,11 +393,29 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 	})
 })
 
-// buckets are the S3 buckets of the StorageBuckets the suite creates, named as they are;
-// managedBucket is the one a StorageBucket manages and, by policy, deletes.
+// buckets are the S3 buckets of the StorageBuckets the suite creates, named as they are.
 var buckets = []string{"created-as-v1beta1", "created-as-v1alpha1"}
 
-const managedBucket = "managed-and-deleted-with-it"
+// sampleWithDeletionPolicy returns the one sample StorageBucket with the deletion policy.
+func sampleWithDeletionPolicy(policy phalanksv1beta1.DeletionPolicy) *phalanksv1beta1.StorageBucket {
+	GinkgoHelper()
+	list := &phalanksv1beta1.StorageBucketList{}
+	Expect(k8s.List(ctx, list, client.InNamespace(samplesNamespace))).To(Succeed())
+	var found []*phalanksv1beta1.StorageBucket
+	for i := range list.Items {
+		if list.Items[i].Spec.DeletionPolicy == policy {
+			found = append(found, &list.Items[i])
+		}
+	}
+	Expect(found).To(HaveLen(1), "samples with deletionPolicy %s", policy)
+	return found[0]
+}
+
+func must[T any](v T, err error) T {
+	GinkgoHelper()
+	check(err)
+	return v
+}
 
 // removeFinalizers is the JSON patch docs/olm.md gives to let a StorageBucket go when no
 // operator runs.

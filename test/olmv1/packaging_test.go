@@ -44,7 +44,7 @@ func releasedBundle(version string) (*olm.Release, error) {
 
 // packageRelease generates the tree's bundle as version.
 func packageRelease(version semver.Version) (*olm.Release, error) {
-	return olm.PackageRelease(ctx, version, filepath.Join(dir, "releases", version.String()))
+	return olm.PackageRelease(ctx, version, filepath.Join(dir, "releases", version.String()), GinkgoWriter)
 }
 
 // newRequiredField is the field the unsafe release makes required in StorageBucket

@@ -10,7 +10,9 @@ import (
 	"github.com/blang/semver/v4"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/name"
+	opversion "github.com/operator-framework/api/pkg/lib/version"
 	apimanifests "github.com/operator-framework/api/pkg/manifests"
+	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	"github.com/operator-framework/operator-registry/alpha/declcfg"
 	"github.com/operator-framework/operator-registry/alpha/property"
 	"github.com/sirupsen/logrus"
@@ -18,6 +20,7 @@ import (
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 	"github.com/phalanks/phalanks-operator/hack/olm/catalog"
 	"github.com/phalanks/phalanks-operator/hack/olm/images"
+	"github.com/phalanks/phalanks-operator/hack/olm/internal/bundletest"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
@@ -161,18 +164,9 @@ func exists(path string) bool {
 // committed catalog.
 func TestTwoReleaseCatalogUpgradeEdge(t *testing.T) {
 	ctx := t.Context()
-	root := repoRoot(t)
-	kustomize, err := tools.Path("kustomize")
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := bundle.ReadInputs(ctx, root, kustomize)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := &declcfg.DeclarativeConfig{}
 	for _, version := range []string{"1.4.0", "1.5.0"} {
-		dir := writeBundle(t, in, version)
+		dir := writeBundle(t, version)
 		b, err := catalog.RenderBundle(ctx, dir, "registry.example.com/phalanks-operator-bundle:v"+version)
 		if err != nil {
 			t.Fatal(err)
@@ -226,17 +220,8 @@ func TestTwoReleaseCatalogUpgradeEdge(t *testing.T) {
 // already superseded version is refused.
 func TestAddHeadKeepsHistory(t *testing.T) {
 	ctx := t.Context()
-	root := repoRoot(t)
-	kustomize, err := tools.Path("kustomize")
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := bundle.ReadInputs(ctx, root, kustomize)
-	if err != nil {
-		t.Fatal(err)
-	}
 	render := func(version string) *declcfg.Bundle {
-		b, err := catalog.RenderBundle(ctx, writeBundle(t, in, version), "")
+		b, err := catalog.RenderBundle(ctx, writeBundle(t, version), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,21 +244,15 @@ func TestAddHeadKeepsHistory(t *testing.T) {
 	}
 }
 
-func writeBundle(t *testing.T, in *bundle.Inputs, version string) string {
+// writeBundle copies the committed bundle as the given version: what the catalog
+// logic reads of a bundle is its CSV's name, version and package.
+func writeBundle(t *testing.T, version string) string {
 	t.Helper()
-	b, err := bundle.Assemble(in, bundle.Params{Version: version, ScorecardImage: "registry.example.com/scorecard-tests:v" + version})
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := b.Files()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := t.TempDir()
-	if err := bundle.Write(root, files); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(root, bundle.Dir)
+	dir := bundletest.Copy(t)
+	bundletest.EditCSV(t, dir, func(csv *operatorsv1alpha1.ClusterServiceVersion) {
+		csv.Name = bundle.PackageName + ".v" + version
+		csv.Spec.Version = opversion.OperatorVersion{Version: semver.MustParse(version)}
+	})
 	if _, err := apimanifests.GetBundleFromDir(dir); err != nil {
 		t.Fatal(err)
 	}

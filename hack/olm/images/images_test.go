@@ -34,7 +34,6 @@ import (
 	"github.com/phalanks/phalanks-operator/hack/olm/images"
 	"github.com/phalanks/phalanks-operator/hack/olm/validate"
 	"github.com/phalanks/phalanks-operator/internal/imagebuild"
-	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
 func init() { logrus.SetLevel(logrus.WarnLevel) }
@@ -131,7 +130,20 @@ func TestImagesBuildPushAndPullBack(t *testing.T) {
 	t.Run("catalog serves as an OLM registry pod", func(t *testing.T) { requireCatalogServes(ctx, t, p.Root, all["catalog"]) })
 
 	t.Run("bundle by digest passes the validators", func(t *testing.T) {
-		requireDigestBundleValidates(ctx, t, p, reg.Ref("phalanks/operator:v"+p.Version), all)
+		requireDigestBundleValidates(ctx, t, p, reg.Ref("phalanks/operator:v"+p.Version), reg.Ref("phalanks/scorecard-tests:v"+p.Version), all)
+	})
+
+	t.Run("a bundle by digest of an image the registry lacks fails make bundle with operator-sdk's error", func(t *testing.T) {
+		missing := reg.Ref("phalanks/operator:v0.0.0-never-pushed")
+		_, err := bundle.Generate(ctx, p.Root, t.TempDir(), bundle.Params{
+			Version: p.Version, Image: missing, ScorecardImage: reg.Ref("phalanks/scorecard-tests:v" + p.Version), UseImageDigests: true,
+		}, nil)
+		if err == nil {
+			t.Fatalf("make bundle USE_IMAGE_DIGESTS=true pinned %s, which was never pushed", missing)
+		}
+		if !strings.Contains(err.Error(), "MANIFEST_UNKNOWN") && !strings.Contains(err.Error(), "manifest unknown") {
+			t.Errorf("make bundle failed without the registry's answer: %v", err)
+		}
 	})
 
 	t.Run("a second build gives the same digests", func(t *testing.T) {
@@ -148,44 +160,28 @@ func TestImagesBuildPushAndPullBack(t *testing.T) {
 	})
 }
 
-// requireDigestBundleValidates generates the bundle as make bundle USE_IMAGE_DIGESTS=true
-// does, against the operator image in the registry, and requires the manager image and
-// the related images by digest, and the operatorframework suite and the multiarch rules
-// (against the images in the registry) to report nothing.
-func requireDigestBundleValidates(ctx context.Context, t *testing.T, p images.Params, operatorTag string, all map[string]*built) {
-	pinned, err := bundle.PinImage(ctx, operatorTag, false)
+// requireDigestBundleValidates runs `make bundle USE_IMAGE_DIGESTS=true` against the
+// images in the registry, and requires the operator-sdk to have pinned the manager and
+// scorecard-test images by the digests pushed, and the operatorframework suite and the
+// multiarch rules (against the images in the registry) to report nothing.
+func requireDigestBundleValidates(ctx context.Context, t *testing.T, p images.Params, operatorTag, scorecardTag string, all map[string]*built) {
+	dir, err := bundle.Generate(ctx, p.Root, t.TempDir(), bundle.Params{
+		Version: p.Version, Image: operatorTag, ScorecardImage: scorecardTag, UseImageDigests: true,
+	}, testLog{t})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pinned != all["operator"].byDigest {
-		t.Fatalf("%s pinned as %s, pushed as %s", operatorTag, pinned, all["operator"].byDigest)
-	}
-	kustomize, err := tools.Path("kustomize")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := bundle.Generate(ctx, p.Root, kustomize, bundle.Params{Version: p.Version, Image: pinned, ScorecardImage: all["scorecard-tests"].byDigest})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := t.TempDir()
-	if err := bundle.Write(out, files); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(out, bundle.Dir)
 	loaded, err := apimanifests.GetBundleFromDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	csv := loaded.CSV
+	pinned := all["operator"].byDigest
 	var refs []string
 	for _, d := range csv.Spec.InstallStrategy.StrategySpec.DeploymentSpecs {
 		for _, c := range d.Spec.Template.Spec.Containers {
 			refs = append(refs, c.Image)
 		}
-	}
-	for _, ri := range csv.Spec.RelatedImages {
-		refs = append(refs, ri.Image)
 	}
 	refs = append(refs, csv.Annotations["containerImage"])
 	for _, image := range refs {
@@ -193,9 +189,24 @@ func requireDigestBundleValidates(ctx context.Context, t *testing.T, p images.Pa
 			t.Errorf("the CSV names %s, want the operator image by digest %s", image, pinned)
 		}
 	}
+	var related []string
+	for _, ri := range csv.Spec.RelatedImages {
+		related = append(related, ri.Image)
+	}
+	if !slices.Contains(related, pinned) {
+		t.Errorf("relatedImages %v lack the operator image by digest %s", related, pinned)
+	}
+	scorecard, err := os.ReadFile(filepath.Join(dir, "tests", "scorecard", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// operator-sdk pins the manifests only; the scorecard configuration keeps the tag.
+	if !strings.Contains(string(scorecard), "image: "+scorecardTag) {
+		t.Errorf("the scorecard configuration does not name the custom tests' image %s:\n%s", scorecardTag, scorecard)
+	}
 
 	t.Setenv("OPERATOR_BUNDLE_CATEGORIES", "")
-	r, err := validate.Bundle(dir, map[string]string{"k8s-version": "1.36"})
+	r, err := validate.Bundle(ctx, dir, map[string]string{"k8s-version": "1.36"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,23 +1,19 @@
-// Package validate checks a bundle directory the way `operator-sdk bundle validate
-// --select-optional suite=operatorframework` does, with the libraries that command is
-// built on: operator-registry's bundle format validator, then operator-framework/api's
-// default bundle validators and the OperatorHub (operatorframework suite) validators.
+// Package validate runs `operator-sdk bundle validate` on a bundle directory, as users
+// and OperatorHub's pipelines do, and checks what operator-sdk cannot: that the CSV's
+// platform labels and node affinity match the images it names (MultiArch).
 package validate
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"path/filepath"
+	"os/exec"
+	"sort"
+	"strings"
 
-	apimanifests "github.com/operator-framework/api/pkg/manifests"
-	apivalidation "github.com/operator-framework/api/pkg/validation"
-	apierrors "github.com/operator-framework/api/pkg/validation/errors"
-	interfaces "github.com/operator-framework/api/pkg/validation/interfaces"
-	registrybundle "github.com/operator-framework/operator-registry/pkg/lib/bundle"
-	"github.com/sirupsen/logrus"
-
-	"github.com/phalanks/phalanks-operator/hack/olm/internal/offline"
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
 // Report holds what the validators found, each entry prefixed with the validator's name.
@@ -29,83 +25,63 @@ type Report struct {
 // OK reports whether there were neither errors nor warnings.
 func (r Report) OK() bool { return len(r.Errors) == 0 && len(r.Warnings) == 0 }
 
-func (r *Report) add(source string, results []apierrors.ManifestResult) {
-	for _, res := range results {
-		for _, e := range res.Errors {
-			r.Errors = append(r.Errors, fmt.Sprintf("%s: %s", source, e.Error()))
-		}
-		for _, w := range res.Warnings {
-			r.Warnings = append(r.Warnings, fmt.Sprintf("%s: %s", source, w.Error()))
-		}
-	}
+// Bundle runs `operator-sdk bundle validate DIR --select-optional
+// suite=operatorframework` (the default validators, then OperatorHub's) on the bundle
+// directory dir and returns its findings in the CLI's own words. optionalValues become
+// --optional-values (e.g. "k8s-version": "1.36").
+func Bundle(ctx context.Context, dir string, optionalValues map[string]string) (Report, error) {
+	return Run(ctx, dir, "suite=operatorframework", optionalValues)
 }
 
-// OperatorFrameworkSuite is the optional validators `--select-optional
-// suite=operatorframework` runs, by the names operator-sdk lists them under.
-var OperatorFrameworkSuite = []struct {
-	Name      string
-	Validator interfaces.Validator
-}{
-	{"operatorhubv2", apivalidation.OperatorHubV2Validator},
-	{"capabilities", apivalidation.StandardCapabilitiesValidator},
-	{"categories", apivalidation.StandardCategoriesValidator},
-	{"alpha-deprecated-apis", apivalidation.AlphaDeprecatedAPIsValidator},
-	{"good-practices", apivalidation.GoodPracticesValidator},
-}
-
-// Bundle validates the bundle directory dir (the one holding manifests/ and metadata/).
-// optionalValues are passed to the optional validators as operator-sdk's
-// --optional-values are (e.g. "k8s-version": "1.36").
-func Bundle(dir string, optionalValues map[string]string) (Report, error) {
-	r := Report{Errors: Format(dir)}
-	val := registrybundle.NewImageValidator(offline.Registry{}, quietLogger())
-	if err := val.ValidateBundleContent(filepath.Join(dir, registrybundle.ManifestsDir)); err != nil {
-		r.Errors = append(r.Errors, validationErrors("bundle content", err)...)
-	}
-
-	b, err := apimanifests.GetBundleFromDir(dir)
+// Run runs `operator-sdk bundle validate DIR --select-optional SELECTOR` on the bundle
+// directory dir, as Bundle does.
+func Run(ctx context.Context, dir, selector string, optionalValues map[string]string) (Report, error) {
+	sdk, err := tools.Path("operator-sdk")
 	if err != nil {
-		return r, fmt.Errorf("load bundle %s: %w", dir, err)
+		return Report{}, err
 	}
-	// ObjectsToValidate holds the CRDs, the CSV and every other object of the bundle.
-	objs := b.ObjectsToValidate()
-	r.add("default", apivalidation.DefaultBundleValidators.Validate(objs...))
-
-	if optionalValues == nil {
-		optionalValues = map[string]string{}
+	args := []string{"bundle", "validate", dir, "--select-optional", selector, "--output", "json-alpha1"}
+	keys := make([]string, 0, len(optionalValues))
+	for k := range optionalValues {
+		keys = append(keys, k)
 	}
-	objs = append(objs, optionalValues)
-	for _, v := range OperatorFrameworkSuite {
-		r.add(v.Name, v.Validator.Validate(objs...))
+	sort.Strings(keys)
+	for _, k := range keys {
+		args = append(args, "--optional-values", k+"="+optionalValues[k])
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, sdk, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	var res struct {
+		Passed  bool `json:"passed"`
+		Outputs []struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"outputs"`
+	}
+	var exitErr *exec.ExitError
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		if errors.As(runErr, &exitErr) && stderr.Len() > 0 {
+			// A bundle it cannot even load ends the CLI with a fatal log line and no report.
+			return Report{Errors: []string{strings.TrimSpace(stderr.String())}}, nil
+		}
+		return Report{}, fmt.Errorf("operator-sdk %s printed no report: %w: %s%s", strings.Join(args, " "), errors.Join(err, runErr), stdout.String(), stderr.String())
+	}
+	var r Report
+	for _, o := range res.Outputs {
+		switch o.Type {
+		case "error":
+			r.Errors = append(r.Errors, o.Message)
+		case "warning":
+			r.Warnings = append(r.Warnings, o.Message)
+		}
+	}
+	if runErr != nil && !errors.As(runErr, &exitErr) {
+		return r, fmt.Errorf("operator-sdk bundle validate: %w", runErr)
+	}
+	if !res.Passed && len(r.Errors) == 0 {
+		r.Errors = append(r.Errors, "operator-sdk bundle validate did not pass: "+strings.TrimSpace(stderr.String()))
 	}
 	return r, nil
-}
-
-// Format runs operator-registry's bundle format validator on dir: manifests/ and
-// metadata/ exist, the annotations are complete and match the manifests' media type.
-func Format(dir string) []string {
-	val := registrybundle.NewImageValidator(offline.Registry{}, quietLogger())
-	if err := val.ValidateBundleFormat(dir); err != nil {
-		return validationErrors("bundle format", err)
-	}
-	return nil
-}
-
-// validationErrors flattens operator-registry's ValidationError into one line per error.
-func validationErrors(source string, err error) []string {
-	var ve registrybundle.ValidationError
-	if errors.As(err, &ve) {
-		out := make([]string, 0, len(ve.Errors))
-		for _, e := range ve.Errors {
-			out = append(out, fmt.Sprintf("%s: %v", source, e))
-		}
-		return out
-	}
-	return []string{fmt.Sprintf("%s: %v", source, err)}
-}
-
-func quietLogger() *logrus.Entry {
-	l := logrus.New()
-	l.SetOutput(io.Discard)
-	return logrus.NewEntry(l)
 }

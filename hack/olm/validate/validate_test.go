@@ -2,7 +2,9 @@ package validate_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -22,11 +24,12 @@ func report(r validate.Report) string {
 
 // TestBundlePassesTheOperatorHubValidators: what `operator-sdk bundle validate ./bundle
 // --select-optional suite=operatorframework` reports must be nothing at all, with and
-// without telling the deprecated-API check the Kubernetes version we test against.
+// without telling the deprecated-API check the Kubernetes version we test against. (make
+// test also runs make bundle-validate, the same command as users type it.)
 func TestBundlePassesTheOperatorHubValidators(t *testing.T) {
 	t.Setenv("OPERATOR_BUNDLE_CATEGORIES", "") // the standard categories, not a custom list
 	for _, values := range []map[string]string{nil, {"k8s-version": "1.36"}} {
-		r, err := validate.Bundle(bundletest.Dir(t), values)
+		r, err := validate.Bundle(t.Context(), bundletest.Dir(t), values)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +51,8 @@ func TestBundleIsWellUnderTheSizeLimit(t *testing.T) {
 }
 
 // TestValidatorsCatchBrokenBundles shows the zero-findings assertion above can fail: each
-// broken copy of the bundle draws the finding OperatorHub would report.
+// broken copy of the bundle draws, from operator-sdk, the finding OperatorHub would
+// report.
 func TestValidatorsCatchBrokenBundles(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -90,12 +94,12 @@ func TestValidatorsCatchBrokenBundles(t *testing.T) {
 			if err := os.Remove(filepath.Join(dir, "metadata", "annotations.yaml")); err != nil {
 				t.Fatal(err)
 			}
-		}, "Could not find annotations file", true},
+		}, "metadata not found in", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := bundletest.Copy(t)
 			tc.breakIt(t, dir)
-			r, err := validate.Bundle(dir, nil)
+			r, err := validate.Bundle(t.Context(), dir, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,5 +114,26 @@ func TestValidatorsCatchBrokenBundles(t *testing.T) {
 				t.Errorf("want a finding containing %q\n%s", tc.want, report(r))
 			}
 		})
+	}
+}
+
+// TestBundleValidateTargetFailsOnWarningsInTheValidatorsWords: make bundle-validate,
+// which make test runs, fails on a bundle that draws only a warning (operator-sdk itself
+// exits 0 then), and shows the validator's own line.
+func TestBundleValidateTargetFailsOnWarningsInTheValidatorsWords(t *testing.T) {
+	dir := bundletest.Copy(t)
+	bundletest.EditCSV(t, dir, func(c *operatorsv1alpha1.ClusterServiceVersion) { c.Spec.Icon = nil })
+	root := filepath.Dir(bundletest.Dir(t))
+	out, err := exec.CommandContext(t.Context(), "make", "-C", root, "--no-print-directory", "bundle-validate", "BUNDLE_DIR="+dir).CombinedOutput()
+	if err == nil {
+		t.Fatalf("make bundle-validate passed a bundle without an icon:\n%s", out)
+	}
+	if !regexp.MustCompile(`level=warning msg=".*csv\.Spec\.Icon not specified"`).Match(out) {
+		t.Errorf("make bundle-validate does not show operator-sdk's warning:\n%s", out)
+	}
+
+	clean, err := exec.CommandContext(t.Context(), "make", "-C", root, "--no-print-directory", "bundle-validate").CombinedOutput()
+	if err != nil {
+		t.Errorf("make bundle-validate fails on the committed bundle: %v\n%s", err, clean)
 	}
 }

@@ -130,3 +130,36 @@ func TestAnAutoscalerControlledByAnotherObjectIsNeverWritten(t *testing.T) {
 		Should(HaveField("Spec.Replicas", HaveValue(BeEquivalentTo(0))))
 	g.Expect(writtenBy(scaling.FieldManager)(live(hpa)(g))).To(BeFalse())
 }
+
+// TestAnAutoscalersMinReplicasComesBackCappedAtAMaxReplicasLoweredDuringTheDowntime
+// lowers a workload's autoscaler for a non-zero downtime count, then lowers the
+// autoscaler's maxReplicas below the saved minimum while it is down: the API server
+// would refuse the saved minimum, so the restore writes maxReplicas instead and the
+// record goes.
+func TestAnAutoscalersMinReplicasComesBackCappedAtAMaxReplicasLoweredDuringTheDowntime(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	startOperator(t, scaling.Options{})
+	web := newDeployment(t, ns, "web", 4, nil)
+	hpa := newHPA(t, ns, "web", "web", 3, nil)
+	spec, _ := downtimeForAnHour()
+
+	annotate(g, web, map[string]string{scaling.AnnotationDowntime: spec, scaling.AnnotationDowntimeReplicas: "1"})
+	g.Eventually(func(g Gomega) *autoscalingv2.HorizontalPodAutoscaler { return live(hpa)(g) }).WithTimeout(timeout).Should(And(
+		HaveField("Spec.MinReplicas", HaveValue(BeEquivalentTo(1))),
+		HaveField("Annotations", HaveKeyWithValue(scaling.AnnotationOriginalMinReplicas, "3")),
+	))
+	g.Eventually(func(g Gomega) error {
+		h := live(hpa)(g)
+		h.Spec.MaxReplicas = 2
+		return admin.Update(context.Background(), h)
+	}).WithTimeout(timeout).Should(Succeed())
+
+	annotate(g, web, map[string]string{scaling.AnnotationDowntime: "", scaling.AnnotationDowntimeReplicas: ""})
+	g.Eventually(func(g Gomega) *autoscalingv2.HorizontalPodAutoscaler { return live(hpa)(g) }).WithTimeout(timeout).Should(And(
+		HaveField("Spec.MinReplicas", HaveValue(BeEquivalentTo(2))),
+		HaveField("Annotations", Not(HaveKey(scaling.AnnotationOriginalMinReplicas))),
+	))
+	g.Eventually(notes(web, scaling.ReasonScaleUp)).WithTimeout(timeout).Should(ContainElement(
+		ContainSubstring("restored minReplicas 2 (the saved 3, capped at maxReplicas 2)")))
+}

@@ -3,13 +3,16 @@ package scaling_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
@@ -74,4 +77,118 @@ func TestADisruptionBudgetStopsBlockingDrainsWhileItsWorkloadIsDown(t *testing.T
 	g.Eventually(func(g Gomega) int32 { return live(pdb)(g).Status.CurrentHealthy }).WithTimeout(timeout).Should(BeEquivalentTo(2))
 	g.Eventually(func(g Gomega) bool { return apierrors.IsTooManyRequests(evict(g, ns, "web")) }).WithTimeout(timeout).Should(BeTrue(),
 		"the budget blocks evictions again")
+}
+
+// budget creates a PodDisruptionBudget of app's pods with minAvailable n and waits until
+// kube-controller-manager's disruption controller counts them healthy.
+func budget(t *testing.T, ns, app string, n int32) *policyv1.PodDisruptionBudget {
+	t.Helper()
+	g := NewWithT(t)
+	minAvailable := intstr.FromInt32(n)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: &minAvailable,
+			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
+		},
+	}
+	g.Expect(admin.Create(context.Background(), pdb)).To(Succeed())
+	g.Eventually(func(g Gomega) int32 { return live(pdb)(g).Status.CurrentHealthy }).WithTimeout(timeout).Should(BeNumerically(">=", n))
+	return pdb
+}
+
+// TestADecoyCannotRelaxABudgetThatProtectsPodsOfAnythingElse plays a tenant who may
+// create Deployments but not edit budgets: a Deployment with replicas 0, a forged
+// original-replicas, force-downtime and the database's pod labels. Whatever runs the
+// database — a bare ReplicaSet, a StatefulSet without a schedule, an operator's own
+// pods — the platform team's budget stays as it is and still refuses an eviction.
+func TestADecoyCannotRelaxABudgetThatProtectsPodsOfAnythingElse(t *testing.T) {
+	ctx := context.Background()
+	runners := map[string]func(t *testing.T, ns string){
+		"a bare ReplicaSet": func(t *testing.T, ns string) {
+			NewWithT(t).Expect(admin.Create(ctx, &appsv1.ReplicaSet{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+				Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1),
+					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: podTemplate("db")},
+			})).To(Succeed())
+		},
+		"a StatefulSet without a schedule": func(t *testing.T, ns string) {
+			NewWithT(t).Expect(admin.Create(ctx, &appsv1.StatefulSet{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+				Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), ServiceName: "db",
+					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: podTemplate("db")},
+			})).To(Succeed())
+		},
+		"an operator's pods": func(t *testing.T, ns string) {
+			g := NewWithT(t)
+			cluster := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-cluster"}}
+			g.Expect(admin.Create(ctx, cluster)).To(Succeed())
+			template := podTemplate("db")
+			g.Expect(admin.Create(ctx, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-1", Labels: template.Labels,
+					OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: cluster.Name, UID: cluster.UID, Controller: ptr.To(true)}}},
+				Spec: template.Spec,
+			})).To(Succeed())
+		},
+	}
+	for name, runDatabase := range runners {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			ns := newNamespace(t, nil)
+			startOperator(t, scaling.Options{})
+			runDatabase(t, ns)
+			pdb := budget(t, ns, "db", 1)
+
+			decoy := &appsv1.Deployment{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "decoy", Annotations: map[string]string{
+					scaling.AnnotationOriginalReplicas: "1", scaling.AnnotationForceDowntime: "true"}},
+				Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](0),
+					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: podTemplate("db")},
+			}
+			g.Expect(admin.Create(ctx, decoy)).To(Succeed())
+
+			// The operator decides the budget either way: it relaxes it or says why not.
+			relaxed := func(p *policyv1.PodDisruptionBudget) bool { return writtenBy(scaling.FieldManager)(p) }
+			g.Eventually(func(g Gomega) bool {
+				return relaxed(live(pdb)(g)) || len(notes(pdb, "BudgetKept")(g)) > 0
+			}).WithTimeout(timeout).Should(BeTrue())
+			g.Expect(notes(pdb, "BudgetKept")(g)).To(ContainElement(ContainSubstring("not relaxed although Deployment decoy is scaled down")))
+			g.Consistently(func(g Gomega) *policyv1.PodDisruptionBudget { return live(pdb)(g) }).WithTimeout(5*time.Second).Should(And(
+				HaveField("Spec.MinAvailable", HaveValue(Equal(intstr.FromInt32(1)))),
+				Not(Satisfy(relaxed)),
+			), "the platform team's budget is never written")
+			g.Expect(apierrors.IsTooManyRequests(evict(g, ns, "db"))).To(BeTrue(), "a drain still cannot evict the database")
+		})
+	}
+}
+
+// TestARelaxedBudgetIsRestoredWhenItSelectsAPodOfSomethingElse relaxes a budget while
+// its Deployment keeps one replica through the downtime, then starts a pod of
+// something else with the same labels: the budget now protects a pod the operator did
+// not scale down, and comes back at once.
+func TestARelaxedBudgetIsRestoredWhenItSelectsAPodOfSomethingElse(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	startOperator(t, scaling.Options{})
+	web := newDeployment(t, ns, "web", 2, nil)
+	pdb := budget(t, ns, "web", 2)
+	spec, _ := downtimeForAnHour()
+	annotate(g, web, map[string]string{scaling.AnnotationDowntime: spec, scaling.AnnotationDowntimeReplicas: "1"})
+	g.Eventually(func(g Gomega) *intstr.IntOrString { return live(pdb)(g).Spec.MinAvailable }).WithTimeout(timeout).
+		Should(HaveValue(Equal(intstr.FromInt32(0))))
+
+	template := podTemplate("web")
+	stray := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "debug-web", Labels: template.Labels}, Spec: template.Spec}
+	g.Expect(admin.Create(ctx, stray)).To(Succeed())
+	g.Eventually(func(g Gomega) *policyv1.PodDisruptionBudget { return live(pdb)(g) }).WithTimeout(timeout).Should(And(
+		HaveField("Spec.MinAvailable", HaveValue(Equal(intstr.FromInt32(2)))),
+		HaveField("Annotations", Not(HaveKey(scaling.AnnotationOriginalMinAvailable))),
+	))
+	g.Eventually(notes(pdb, scaling.ReasonScaleUp)).WithTimeout(timeout).Should(ContainElement(
+		ContainSubstring("also selects pods the operator did not scale down: no controller (debug-web)")))
+
+	g.Expect(admin.Delete(ctx, stray, client.GracePeriodSeconds(0))).To(Succeed())
+	g.Eventually(func(g Gomega) *intstr.IntOrString { return live(pdb)(g).Spec.MinAvailable }).WithTimeout(timeout).
+		Should(HaveValue(Equal(intstr.FromInt32(0))), "relaxed again once only the Deployment's pod is left")
 }

@@ -245,6 +245,10 @@ func (c *Cluster) kubeconfigPath(user string) string {
 
 func (c *Cluster) pkiPath(name string) string { return filepath.Join(c.pki, name) }
 
+// CAFile is the PEM file of the cluster's CA, which signed kube-apiserver's serving
+// certificate and, with a real node, the local registry's TLS one.
+func (c *Cluster) CAFile() string { return c.pkiPath("ca.crt") }
+
 // kubeconfigUser is how a user authenticates: a token, or a client certificate.
 type kubeconfigUser struct{ token, certFile, keyFile string }
 

@@ -301,7 +301,17 @@ func (n *node) startRegistry(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.registry, err = imagebuild.StartRegistry(registryListen, imagebuild.RegistryOptions{BlobDir: filepath.Join(n.dir, "registry"), Log: log})
+	serving, err := n.c.ca.Issue(certs.LeafOptions{CommonName: "local-registry", Hosts: []string{"localhost", "127.0.0.1"}})
+	if err != nil {
+		return err
+	}
+	if err := serving.Write(n.c.pki, "registry.crt", "registry.key"); err != nil {
+		return err
+	}
+	n.registry, err = imagebuild.StartRegistry(registryListen, imagebuild.RegistryOptions{
+		BlobDir: filepath.Join(n.dir, "registry"), Log: log,
+		TLSAddr: registryTLSListen, TLSCertFile: n.c.pkiPath("registry.crt"), TLSKeyFile: n.c.pkiPath("registry.key"),
+	})
 	if err != nil {
 		_ = log.Close()
 		return err
@@ -315,10 +325,14 @@ func (n *node) startRegistry(ctx context.Context) error {
 	return err
 }
 
-// registryListen is where the local registry listens: every address of the sandbox's
-// network namespace, which are loopback (RegistryHost, for containerd and the test
-// process), the node's address (PodRegistryHost, for pods) and the pod bridge's.
-const registryListen = "0.0.0.0:5000"
+// registryListen and registryTLSListen are where the local registry listens. Plain HTTP
+// on every address of the sandbox's network namespace: loopback (RegistryHost, for
+// containerd and the test process), the node's address (PodRegistryHost, for pods) and
+// the pod bridge's; TLS on loopback (RegistryTLSHost).
+const (
+	registryListen    = "0.0.0.0:5000"
+	registryTLSListen = "127.0.0.1:5443"
+)
 
 // Push pushes an image or an image index to the real node's local registry as
 // RegistryHost/repository, where repository is "path/name:tag", and returns its reference

@@ -37,6 +37,10 @@ const (
 	// RegistryHost is the local registry's address as the node (and the test process,
 	// which shares its network namespace) reaches it.
 	RegistryHost = "localhost:5000"
+	// RegistryTLSHost serves the same registry over TLS, with a certificate of the
+	// cluster's CA (Cluster.CAFile): for clients that speak only HTTPS to registries and
+	// trust a private CA, as operator-sdk does with SSL_CERT_FILE. The node trusts it too.
+	RegistryTLSHost = "localhost:5443"
 	// PodRegistryHost is the same registry as pods reach it, over plain HTTP: for
 	// programs in pods that pull images themselves rather than through the node's
 	// containerd (OLM v1's catalogd and operator-controller).
@@ -126,8 +130,17 @@ var registryHosts = template.Must(template.New("hosts.toml").Parse(`server = "ht
   capabilities = ["pull", "resolve"]
 `))
 
-// writeContainerdConfig writes config.toml and a hosts.toml for the local registry and
-// for each registry it mirrors.
+// registryTLSHosts is a containerd hosts.toml for the local registry's TLS listener,
+// trusting the cluster's CA.
+var registryTLSHosts = template.Must(template.New("hosts.toml").Parse(`server = "https://{{.Host}}"
+
+[host."https://{{.Host}}"]
+  capabilities = ["pull", "resolve"]
+  ca = "{{.CA}}"
+`))
+
+// writeContainerdConfig writes config.toml and a hosts.toml for the local registry, its
+// TLS listener and each registry it mirrors.
 func (n *node) writeContainerdConfig(runc string) (string, error) {
 	certs := filepath.Join(n.dir, "etc", "containerd", "certs.d")
 	for _, host := range append([]string{RegistryHost}, n.mirrors...) {
@@ -138,6 +151,13 @@ func (n *node) writeContainerdConfig(runc string) (string, error) {
 		if err := writeFile(filepath.Join(certs, host, "hosts.toml"), b.Bytes()); err != nil {
 			return "", err
 		}
+	}
+	var tlsHosts bytes.Buffer
+	if err := registryTLSHosts.Execute(&tlsHosts, struct{ Host, CA string }{RegistryTLSHost, n.c.CAFile()}); err != nil {
+		return "", err
+	}
+	if err := writeFile(filepath.Join(certs, RegistryTLSHost, "hosts.toml"), tlsHosts.Bytes()); err != nil {
+		return "", err
 	}
 	var b bytes.Buffer
 	err := containerdConfig.Execute(&b, containerdParams{

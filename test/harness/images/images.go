@@ -3,8 +3,9 @@
 // platform: pause, the process of every pod sandbox, and testapp, the web server that
 // stands in for users' applications (static Go programs from this directory on an empty
 // base); busybox, Debian's static busybox, for the shell tools images that pods run in
-// the project's place (operator-sdk scorecard's untar step); and OLM's util image, which
-// OLM's bundle unpack Jobs copy their bundle-copying tool from.
+// the project's place (operator-sdk scorecard's untar step); OLM's util image, which
+// OLM's bundle unpack Jobs copy their bundle-copying tool from; and an opm index image for
+// `operator-sdk run bundle`.
 package images
 
 import (
@@ -137,6 +138,46 @@ func OLMUtil(ctx context.Context, dir string) (v1.Image, error) {
 		User:     "65534:65534",
 		Env:      []string{"PATH=/bin"},
 	}, layer, []imagebuild.Entry{imagebuild.HostFile("/bin/cpb", cpb, 0o755)})
+}
+
+// IndexConfigsLabel marks an image as a file-based catalog and names its directory.
+const IndexConfigsLabel = "operators.operatorframework.io.index.configs.v1"
+
+// OPM builds an index image for `operator-sdk run bundle --index-image`, in the place of
+// quay.io/operator-framework/opm: opm, at the version the opm tool set pins, built
+// without cgo, with the shell, cat and gzip (busybox) that the registry pod's command runs
+// on, and an empty file-based catalog at /configs for run bundle to add its bundle to.
+// dir holds the build.
+func OPM(ctx context.Context, dir string) (v1.Image, error) {
+	root, err := tools.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	layer, err := busyboxLayer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
+	opm := filepath.Join(dir, "opm")
+	b := imagebuild.GoBuild{
+		Dir:      filepath.Join(root, "hack", "tools", "opm"),
+		Package:  "github.com/operator-framework/operator-registry/cmd/opm",
+		Platform: Platform(),
+		Tags:     []string{"containers_image_openpgp"},
+		Output:   opm,
+	}
+	if err := b.Run(ctx); err != nil {
+		return nil, err
+	}
+	return imagebuild.Image(imagebuild.Config{
+		Platform:   Platform(),
+		Entrypoint: []string{"/bin/opm"},
+		User:       "1001",
+		Env:        []string{"PATH=/bin"},
+		Labels:     map[string]string{IndexConfigsLabel: "/configs"},
+	}, layer, []imagebuild.Entry{imagebuild.HostFile("/bin/opm", opm, 0o755), imagebuild.Dir("/configs", 0o755)})
 }
 
 // build compiles the named program of this directory, statically, into dir.

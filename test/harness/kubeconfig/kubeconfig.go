@@ -38,3 +38,26 @@ func Write(path string, c Config) error {
 	cfg.CurrentContext = "local"
 	return clientcmd.WriteToFile(*cfg, path)
 }
+
+// Impersonating writes to dst a copy of the kubeconfig at src whose requests act as
+// user (in groups): the credentials of src's user, who must be allowed to impersonate,
+// and the permissions of user. Tests run command-line tools as a user of their RBAC
+// this way.
+func Impersonating(src, dst, user string, groups ...string) error {
+	cfg, err := clientcmd.LoadFromFile(src)
+	if err != nil {
+		return err
+	}
+	ctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok || cfg.AuthInfos[ctx.AuthInfo] == nil {
+		return errors.New("kubeconfig " + src + " has no current context with a user")
+	}
+	auth := cfg.AuthInfos[ctx.AuthInfo].DeepCopy()
+	auth.Impersonate, auth.ImpersonateGroups = user, groups
+	cfg.AuthInfos[user] = auth
+	ctx = ctx.DeepCopy()
+	ctx.AuthInfo = user
+	cfg.Contexts[user] = ctx
+	cfg.CurrentContext = user
+	return clientcmd.WriteToFile(*cfg, dst)
+}

@@ -92,3 +92,20 @@ func BuildManager(dir string) (string, error) {
 	}
 	return out, nil
 }
+
+// BuildCommand builds the command at pkg of this repository (such as
+// ./cmd/kubectl-phalanks) into dir and returns its path, named after the package's
+// directory, for suites that run it as its users do.
+func BuildCommand(dir, pkg string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return out, nil
+}

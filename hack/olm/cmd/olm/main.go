@@ -1,10 +1,9 @@
-// Command olm builds and checks this project's OLM packaging: the bundle (bundle/ and
-// bundle.Dockerfile), the file-based catalog (catalog/), the offline scorecard checks, and
-// the images (operator, scorecard tests, bundle, catalog) without a container runtime.
+// Command olm does the parts of this project's OLM packaging operator-sdk does not: the
+// file-based catalog (catalog/, rendered with operator-registry's libraries, as opm
+// does) and the images (operator, scorecard tests, bundle, catalog) without a container
+// runtime. The bundle is operator-sdk's (`make bundle`).
 //
-//	olm bundle --version 0.2.0 --image IMG --scorecard-image IMG [--use-image-digests]
 //	olm catalog --bundle-image IMG [--from REF]
-//	olm scorecard
 //	olm images build|push [--only NAMES] [--layout DIR | --push] --image IMG …
 //
 // Paths are relative to the repository root, found from the working directory.
@@ -21,7 +20,6 @@ import (
 	"path/filepath"
 	"syscall"
 
-	scapiv1alpha3 "github.com/operator-framework/api/pkg/apis/scorecard/v1alpha3"
 	apimanifests "github.com/operator-framework/api/pkg/manifests"
 	"github.com/operator-framework/operator-registry/alpha/declcfg"
 	"github.com/sirupsen/logrus"
@@ -29,7 +27,6 @@ import (
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 	"github.com/phalanks/phalanks-operator/hack/olm/catalog"
 	"github.com/phalanks/phalanks-operator/hack/olm/images"
-	"github.com/phalanks/phalanks-operator/hack/olm/scorecard"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
@@ -48,69 +45,20 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: olm bundle|catalog|scorecard|images [flags]")
+		return errors.New("usage: olm catalog|images [flags]")
 	}
 	root, err := tools.RepoRoot()
 	if err != nil {
 		return err
 	}
 	switch args[0] {
-	case "bundle":
-		return runBundle(ctx, root, args[1:])
 	case "catalog":
 		return runCatalog(ctx, root, args[1:])
-	case "scorecard":
-		return runScorecard(root, args[1:])
 	case "images":
 		return runImages(ctx, root, args[1:])
 	default:
-		return fmt.Errorf("unknown command %q (want bundle, catalog, scorecard or images)", args[0])
+		return fmt.Errorf("unknown command %q (want catalog or images)", args[0])
 	}
-}
-
-func runBundle(ctx context.Context, root string, args []string) error {
-	fs := flag.NewFlagSet("bundle", flag.ContinueOnError)
-	var p bundle.Params
-	fs.StringVar(&p.Version, "version", "", "Operator version (semver, no leading v).")
-	fs.StringVar(&p.Image, "image", "", "Manager image; empty keeps config/manager's.")
-	fs.StringVar(&p.ScorecardImage, "scorecard-image", "", "Image of the custom scorecard tests.")
-	digests := fs.Bool("use-image-digests", false, "Pin the manager image by the digest its registry holds for --image (operator-sdk's USE_IMAGE_DIGESTS).")
-	plainHTTP := fs.Bool("plain-http", false, "Talk plain HTTP to the manager image's registry.")
-	out := fs.String("output", root, "Directory to write bundle/ and bundle.Dockerfile into.")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *digests {
-		pinned, err := bundle.PinImage(ctx, p.Image, *plainHTTP)
-		if err != nil {
-			return err
-		}
-		p.Image = pinned
-	}
-	kustomize, err := tools.Path("kustomize")
-	if err != nil {
-		return err
-	}
-	in, err := bundle.ReadInputs(ctx, root, kustomize)
-	if err != nil {
-		return err
-	}
-	b, err := bundle.Assemble(in, p)
-	if err != nil {
-		return err
-	}
-	for _, l := range b.LeftOut {
-		fmt.Printf("olm: left to OLM: %s\n", l)
-	}
-	files, err := b.Files()
-	if err != nil {
-		return err
-	}
-	if err := bundle.Write(*out, files); err != nil {
-		return err
-	}
-	fmt.Printf("olm: wrote %s/ and %s (%s, manager image %s)\n", bundle.Dir, bundle.Dockerfile, filepath.Join(*out, bundle.Dir), p.Image)
-	return nil
 }
 
 func runCatalog(ctx context.Context, root string, args []string) error {
@@ -181,32 +129,4 @@ func runCatalog(ctx context.Context, root string, args []string) error {
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-// runScorecard runs the built-in scorecard tests on bundle/ and prints their results in
-// the shape of the scorecard's text output; it fails when a test does not pass.
-func runScorecard(root string, args []string) error {
-	fs := flag.NewFlagSet("scorecard", flag.ContinueOnError)
-	dir := fs.String("bundle", filepath.Join(root, bundle.Dir), "Bundle directory.")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	var failed []string
-	for _, name := range scorecard.Builtin {
-		r := scorecard.Run(name, *dir)
-		fmt.Printf("%-26s %s\n", r.Name, r.State)
-		for _, e := range r.Errors {
-			fmt.Printf("    error: %s\n", e)
-		}
-		for _, s := range r.Suggestions {
-			fmt.Printf("    suggestion: %s\n", s)
-		}
-		if r.State != scapiv1alpha3.PassState {
-			failed = append(failed, name)
-		}
-	}
-	if len(failed) > 0 {
-		return fmt.Errorf("scorecard tests did not pass: %v", failed)
-	}
-	return nil
 }

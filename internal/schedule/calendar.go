@@ -1,0 +1,95 @@
+package schedule
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// HolidaysPrefix starts an element that names a holiday calendar: holidays:de-by. The
+// element contains what the calendar does.
+const HolidaysPrefix = "holidays:"
+
+// calendarName is a Kubernetes object name (a DNS subdomain): calendars are ConfigMaps.
+var calendarName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+// holidaysRef reports whether an element names a calendar, and which (as written).
+func holidaysRef(text string) (string, bool) {
+	if len(text) < len(HolidaysPrefix) || !strings.EqualFold(text[:len(HolidaysPrefix)], HolidaysPrefix) {
+		return "", false
+	}
+	return strings.TrimSpace(text[len(HolidaysPrefix):]), true
+}
+
+// holidays looks a calendar up.
+func (p *parser) holidays(name string) (*Schedule, error) {
+	switch {
+	case name == "":
+		return nil, errors.New("missing calendar name after holidays:, such as holidays:de-by")
+	case len(name) > 253 || !calendarName.MatchString(name):
+		return nil, fmt.Errorf("holiday calendar %q: a calendar is named like a ConfigMap (lower-case letters, digits, '-' and '.')", name)
+	case p.defaults.Calendars == nil:
+		return nil, fmt.Errorf("holiday calendar %q: calendars cannot be used here", name)
+	}
+	return p.defaults.Calendars.Calendar(name)
+}
+
+// ParseCalendar parses a holiday calendar: entries (the data of its ConfigMap), each a
+// schedule in the grammar of Parse such as a comma-separated list of absolute ranges,
+// under a key that names it (christmas, 2026, company-shutdown). The calendar contains
+// an instant when any entry does. It may not name other calendars. Every entry is
+// validated; the error names the calendar, each bad entry by key and the reason.
+func ParseCalendar(name string, entries map[string]string, d Defaults) (*Schedule, error) {
+	d.Calendars = nil
+	keys := make([]string, 0, len(entries))
+	for k := range entries {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := &Schedule{}
+	var problems []string
+	for _, k := range keys {
+		spec := entries[k]
+		if ref := nestedCalendar(spec); ref != "" {
+			problems = append(problems, fmt.Sprintf("%s: %q names another calendar; calendars do not nest", strconv.Quote(k), ref))
+			continue
+		}
+		s, err := Parse(spec, d)
+		if err != nil {
+			problems = append(problems, strconv.Quote(k)+": "+err.Error())
+			continue
+		}
+		out.elements = append(out.elements, s.elements...)
+		for _, w := range s.warnings {
+			out.warnings = append(out.warnings, "holiday calendar "+strconv.Quote(name)+" "+strconv.Quote(k)+": "+w)
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("holiday calendar %q is invalid: %s", name, strings.Join(problems, "; "))
+	}
+	return out, nil
+}
+
+// nestedCalendar returns the first element of spec that names a calendar.
+func nestedCalendar(spec string) string {
+	for _, part := range strings.Split(spec, ",") {
+		if _, ok := holidaysRef(strings.TrimSpace(part)); ok {
+			return strings.TrimSpace(part)
+		}
+	}
+	return ""
+}
+
+// References returns the calendars a schedule specification names, without parsing it.
+func References(spec string) []string {
+	var out []string
+	for _, part := range strings.Split(spec, ",") {
+		if name, ok := holidaysRef(strings.TrimSpace(part)); ok && name != "" && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}

@@ -1,0 +1,313 @@
+package scaling_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/phalanks/phalanks-operator/controllers/scaling"
+	"github.com/phalanks/phalanks-operator/test/harness/kubeconfig"
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
+)
+
+// plugin runs the built kubectl-phalanks binary as kubectl would, and returns its
+// output and exit status.
+type plugin struct {
+	bin, kubeconfig string
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func (p plugin) run(t *testing.T, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(p.bin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+p.kubeconfig, "TZ=Europe/Berlin")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl-phalanks %s → %d\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
+}
+
+// TestKubectlPhalanks runs the plugin binary as a tenant with the edit role in one
+// namespace, as most users of a shared cluster are, and as an administrator: status,
+// wake and sleep with their effect on the operator, explain, and the exit status of
+// each, including a conflict with an annotation someone else set, a sleep that cannot
+// take effect and wrong usage.
+func TestKubectlPhalanks(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	bin, err := tools.BuildCommand(dir, "./cmd/kubectl-phalanks")
+	g.Expect(err).NotTo(HaveOccurred())
+	asAdmin := plugin{bin: bin, kubeconfig: local.Kubeconfig}
+	tenantConfig := filepath.Join(dir, "tenant.kubeconfig")
+	g.Expect(kubeconfig.Impersonating(local.Kubeconfig, tenantConfig, "tenant")).To(Succeed())
+	asTenant := plugin{bin: bin, kubeconfig: tenantConfig}
+
+	team := newNamespace(t, nil)
+	grantEdit(t, team, "tenant")
+	// The operator's Deployment, as config/manager makes it (not run here: the operator
+	// runs in the test), which an administrator's plugin reads its flags from.
+	operatorNS := newNamespace(t, nil)
+	operatorDeployment(t, operatorNS, "--leader-elect", "--scaling-time-zone=Europe/Berlin")
+	startOperator(t, scaling.Options{TimeZone: "Europe/Berlin"})
+
+	web := newDeploymentWith(t, team, "web", 3, map[string]string{scaling.AnnotationDowntime: "always"}, func(d *appsv1.Deployment) {
+		d.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("128Mi")}
+	})
+	newDeployment(t, team, "api", 2, map[string]string{scaling.AnnotationUptime: "always"})
+	pinned := newDeployment(t, team, "pinned", 1, map[string]string{scaling.AnnotationUptime: "always", scaling.AnnotationForceUptime: "true"})
+	legacy := newDeployment(t, team, "legacy", 1, map[string]string{scaling.AnnotationUptime: "always", scaling.AnnotationExcludeUntil: "2020-01-01T00:00:00Z"})
+	// No zone: valid only with the operator's --scaling-time-zone.
+	zoneless := newDeployment(t, team, "local", 1, map[string]string{scaling.AnnotationDowntime: "Mon-Sun 00:00-24:00"})
+	report := &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "report", Annotations: map[string]string{scaling.AnnotationDowntime: "always"}},
+		Spec: batchv1.CronJobSpec{Schedule: "0 3 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: podTemplate("report").Spec.Containers}}}}},
+	}
+	g.Expect(admin.Create(ctx, report)).To(Succeed())
+	// A budget: not a kind the plugin lists, and no error either.
+	budget(t, team, "api", 1)
+	webReplicas := func(g Gomega) int32 { return ptr.Deref(live(web)(g).Spec.Replicas, -1) }
+	g.Eventually(webReplicas).WithTimeout(timeout).Should(BeEquivalentTo(0))
+	g.Eventually(func(g Gomega) int32 { return ptr.Deref(live(zoneless)(g).Spec.Replicas, -1) }).WithTimeout(timeout).Should(BeEquivalentTo(0),
+		"the operator, with its time zone, scales it down")
+
+	t.Run("status, as a tenant who cannot read the operator's settings", func(t *testing.T) {
+		g := NewWithT(t)
+		r := asTenant.run(t, "status", "-n", team, "--operator-namespace", operatorNS)
+		g.Expect(r.code).To(Equal(0))
+		g.Expect(r.stderr).To(ContainSubstring("note: could not read the operator's Deployment in namespace " + operatorNS + " (Forbidden)"))
+		g.Expect(r.stdout).To(HavePrefix("KIND "))
+		g.Expect(lines(r.stdout)).To(ContainElements(
+			MatchRegexp(`^Deployment +web +down +0 +3 +- +downtime \(schedule of the object\); 3 to restore$`),
+			MatchRegexp(`^Deployment +api +up +2 +- +- +uptime \(schedule of the object\)$`),
+			MatchRegexp(`^CronJob +report +down +0 +1 +- +downtime \(schedule of the object\); suspended`),
+			MatchRegexp(`^Deployment +local +invalid +\d +\S+ +- +not scaled: phalanks.io/downtime: element 1 "Mon-Sun 00:00-24:00": no time zone given`),
+		))
+		// web's 3 replicas of 250m and 128Mi, and local's one replica without requests:
+		// held down by the operator whatever the tenant's view of its schedule.
+		g.Expect(r.stdout).To(ContainSubstring("Scaled down now: 4 replicas of 2 workloads, requesting 0.75 CPU and 0.38 GiB of memory."))
+		g.Expect(r.stdout).To(MatchRegexp(`Saved since each was scaled down: \d+\.\d pod-hours`))
+	})
+
+	t.Run("status, as an administrator, with the operator's flags and across namespaces", func(t *testing.T) {
+		g := NewWithT(t)
+		r := asAdmin.run(t, "status", "-A", "--operator-namespace", operatorNS)
+		g.Expect(r.code).To(Equal(0))
+		g.Expect(r.stderr).NotTo(ContainSubstring("note:"))
+		g.Expect(lines(r.stdout)).To(ContainElement(MatchRegexp(`^` + team + ` +Deployment +local +down +`)))
+
+		r = asTenant.run(t, "status", "-A", "--operator-namespace", operatorNS)
+		g.Expect(r.code).To(Equal(0))
+		g.Expect(r.stderr).To(ContainSubstring("warning: cannot list deployments.apps in any namespace: Forbidden"))
+	})
+
+	t.Run("the savings the status prints are the operator's metrics", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Eventually(func() float64 { return metric(g, "phalanks_scaling_replicas_scaled_down", team, "Deployment") }).Should(Equal(4.0))
+		g.Expect(metric(g, "phalanks_scaling_pod_seconds_saved_total", team, "Deployment")).To(BeNumerically(">", 0))
+		g.Expect(metric(g, "phalanks_scaling_cpu_request_core_seconds_saved_total", team, "Deployment")).To(BeNumerically(">", 0))
+		g.Expect(live(web)(g).Annotations).To(And(
+			HaveKeyWithValue(scaling.AnnotationPodRequests, "cpu=250m,memory=128Mi"), HaveKey(scaling.AnnotationScaledDownAt)))
+	})
+
+	t.Run("wake one workload, then sleep it, then end the sleep", func(t *testing.T) {
+		g := NewWithT(t)
+		r := asTenant.run(t, "wake", team+"/deploy/web", "--for", "2h", "--operator-namespace", operatorNS)
+		g.Expect(r.code).To(Equal(0))
+		g.Expect(r.stdout).To(ContainSubstring(team + "/Deployment/web: awake until "))
+		g.Eventually(webReplicas).WithTimeout(timeout).Should(BeEquivalentTo(3), "the operator restores it")
+		g.Expect(live(web)(g).Annotations).To(HaveKey(scaling.AnnotationExcludeUntil))
+		g.Expect(writtenBy("kubectl-phalanks")(live(web)(g))).To(BeTrue())
+
+		// The operator here runs without a grace period; a tenant who cannot read its
+		// flags gives them (the plugin's default is the operator's, 15m).
+		r = asTenant.run(t, "sleep", team+"/Deployment/web", "--for", "30m", "--operator-namespace", operatorNS, "--scaling-grace-period=0s")
+		g.Expect(r.code).To(Equal(0))
+		g.Expect(r.stdout).To(ContainSubstring(team + "/Deployment/web: asleep until "))
+		g.Eventually(webReplicas).WithTimeout(timeout).Should(BeEquivalentTo(0))
+		a := live(web)(g).Annotations
+		g.Expect(a).NotTo(HaveKey(scaling.AnnotationExcludeUntil), "the sleep replaces the wake")
+		g.Expect(a[scaling.AnnotationForceDowntime]).To(HavePrefix("until "))
+
+		r = asTenant.run(t, "sleep", team+"/deployments/web", "--cancel", "--operator-namespace", operatorNS)
+		g.Expect(r.code).To(Equal(0))
+		g.Expect(r.stdout).To(ContainSubstring("sleep ended; now down: downtime (schedule of the object)"))
+		g.Expect(live(web)(g).Annotations).NotTo(HaveKey(scaling.AnnotationForceDowntime), "nothing is left to clean up")
+	})
+
+	t.Run("wake a namespace", func(t *testing.T) {
+		g := NewWithT(t)
+		r := asTenant.run(t, "wake", team, "--for", "1h", "--operator-namespace", operatorNS)
+		// legacy's exclude-until is someone else's: not changed, and the exit status says so.
+		g.Expect(r.code).To(Equal(1))
+		g.Expect(r.stdout).To(ContainSubstring(team + "/CronJob/report: awake until"))
+		g.Expect(r.stdout).To(ContainSubstring(team + "/Deployment/web: awake until"))
+		g.Expect(r.stderr).To(ContainSubstring(team + "/Deployment/legacy: not changed: someone else set the annotation"))
+		g.Expect(r.stderr).To(ContainSubstring(team + "/Deployment/local: set, but it has no effect: invalid"))
+		g.Expect(r.stderr).To(ContainSubstring("error: wake: 2 of 6 not done"))
+		g.Expect(live(legacy)(g).Annotations).To(HaveKeyWithValue(scaling.AnnotationExcludeUntil, "2020-01-01T00:00:00Z"))
+		g.Eventually(webReplicas).WithTimeout(timeout).Should(BeEquivalentTo(3))
+		g.Eventually(func(g Gomega) bool { return ptr.Deref(live(report)(g).Spec.Suspend, true) }).WithTimeout(timeout).Should(BeFalse())
+	})
+
+	t.Run("a sleep of a workload in its grace period says when it takes effect", func(t *testing.T) {
+		g := NewWithT(t)
+		newDeployment(t, team, "fresh", 1, map[string]string{scaling.AnnotationUptime: "always", scaling.AnnotationGracePeriod: "1h"})
+		r := asTenant.run(t, "sleep", team+"/deploy/fresh", "--operator-namespace", operatorNS)
+		g.Expect(r.code).To(Equal(0))
+		g.Expect(r.stdout).To(MatchRegexp(team + `/Deployment/fresh: asleep until .*, once its grace period is over: in downtime, but created less than 1h0m0s ago`))
+	})
+
+	t.Run("a sleep that force-uptime overrides fails and says why", func(t *testing.T) {
+		g := NewWithT(t)
+		r := asTenant.run(t, "sleep", team+"/deploy/pinned", "--operator-namespace", operatorNS)
+		g.Expect(r.code).To(Equal(1))
+		g.Expect(r.stderr).To(ContainSubstring(team + "/Deployment/pinned: set, but it has no effect: up"))
+		g.Expect(live(pinned)(g).Spec.Replicas).To(HaveValue(BeEquivalentTo(1)))
+	})
+
+	t.Run("explain", func(t *testing.T) {
+		g := NewWithT(t)
+		// Friday noon in Berlin.
+		r := asTenant.run(t, "explain", "Mon-Fri 20:00-08:00 Europe/Berlin", "--from", "2026-11-27T12:00:00+01:00", "--count", "2")
+		g.Expect(r.code).To(Equal(0))
+		g.Expect(r.stdout).To(Equal(`Schedule: Mon-Fri 20:00-08:00 Europe/Berlin
+Now (Fri 2026-11-27 12:00 CET): outside
+Next transitions:
+  Fri 2026-11-27 20:00 CET       enters
+  Sat 2026-11-28 08:00 CET       leaves
+
+kube-downscaler reads it differently:
+  element 1 "Mon-Fri 20:00-08:00 Europe/Berlin": kube-downscaler never matches a window that ends before it starts
+  as: never
+Next transitions:
+  none: it never changes
+
+GoKubeDownscaler reads it differently:
+  element 1 "Mon-Fri 20:00-08:00 Europe/Berlin": GoKubeDownscaler counts the part after midnight to the day it falls on: Mon-Fri 20:00-24:00 Europe/Berlin, Mon-Fri 00:00-08:00 Europe/Berlin
+  as: Mon-Fri 20:00-24:00 Europe/Berlin, Mon-Fri 00:00-08:00 Europe/Berlin
+Next transitions:
+  Fri 2026-11-27 20:00 CET       enters
+  Sat 2026-11-28 00:00 CET       leaves
+`))
+
+		calendar(t, team, "xmas", map[string]string{"2026": "2026-12-24T00:00:00+01:00-2026-12-27T00:00:00+01:00"}, true)
+		r = asTenant.run(t, "explain", "holidays:xmas", "-n", team, "--from", "2026-11-27T12:00:00+01:00", "--count", "2")
+		g.Expect(r.code).To(Equal(0))
+		g.Expect(r.stdout).To(ContainSubstring("  Thu 2026-12-24 00:00 CET       enters\n  Sun 2026-12-27 00:00 CET       leaves\n"))
+		g.Expect(r.stdout).To(ContainSubstring("so kube-downscaler rejects the schedule"))
+
+		r = asTenant.run(t, "explain", "Mon-Fri 8:00-18:00 Europe/Berlin")
+		g.Expect(r.code).To(Equal(1))
+		g.Expect(r.stderr).To(ContainSubstring(`error: invalid schedule: element 1 "Mon-Fri 8:00-18:00 Europe/Berlin": start "8:00" is not HH:MM`))
+	})
+
+	t.Run("wrong usage", func(t *testing.T) {
+		g := NewWithT(t)
+		for _, args := range [][]string{{}, {"wake"}, {"wake", "a/b"}, {"sleep", team, "--for", "-1h"}, {"frobnicate"}, {"status", "--no-such-flag"}} {
+			r := asTenant.run(t, args...)
+			g.Expect(r.code).To(Equal(2), "kubectl-phalanks %v", args)
+			g.Expect(r.stderr).To(ContainSubstring("Commands:"))
+		}
+		r := asTenant.run(t, "wake", team+"/deploy/nosuch")
+		g.Expect(r.code).To(Equal(1))
+		g.Expect(r.stderr).To(ContainSubstring("Deployment " + team + "/nosuch not found"))
+	})
+}
+
+func lines(s string) []string { return strings.Split(strings.TrimRight(s, "\n"), "\n") }
+
+// grantEdit binds the built-in edit role to user in namespace.
+func grantEdit(t *testing.T, namespace, user string) {
+	t.Helper()
+	NewWithT(t).Expect(admin.Create(context.Background(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user + "-edit"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	})).To(Succeed())
+}
+
+// operatorDeployment creates the operator's Deployment with args, at no replicas.
+func operatorDeployment(t *testing.T, namespace string, args ...string) {
+	t.Helper()
+	labels := map[string]string{"app.kubernetes.io/name": "phalanks-operator", "control-plane": "controller-manager"}
+	NewWithT(t).Expect(admin.Create(context.Background(), &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "phalanks-controller-manager"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](0),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+				{Name: "manager", Image: "quay.io/phalanks/phalanks-operator:v0.2.0", Command: []string{"/manager"}, Args: args},
+			}}},
+		},
+	})).To(Succeed())
+}
+
+// newDeploymentWith creates a Deployment as newDeployment does, changed by change first.
+func newDeploymentWith(t *testing.T, ns, name string, replicas int32, annotations map[string]string, change func(*appsv1.Deployment)) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: podTemplate(name),
+		},
+	}
+	change(d)
+	NewWithT(t).Expect(admin.Create(context.Background(), d)).To(Succeed())
+	return d
+}
+
+// metric reads one series of the operator's metrics (it runs in this process).
+func metric(g Gomega, name, namespace, kind string) float64 {
+	families, err := metrics.Registry.Gather()
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == namespace && labels["kind"] == kind {
+				if m.GetCounter() != nil {
+					return m.GetCounter().GetValue()
+				}
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}
