@@ -167,11 +167,12 @@ test-olm: tools-for-test-olm ## Install, upgrade and uninstall the operator thro
 # (and cluster DNS) in a sandbox; cert-manager's controllers out of cluster; catalogd and
 # operator-controller as upstream's standard manifest deploys them, from images of the
 # olmv1 tool set's binaries; the operator from our catalog and bundle images. The boxcutter
-# stand-in's tests run first (they need no root).
+# stand-in's tests run first (they need no root; its tracking cache's run against a real
+# kube-apiserver, envtest with the kube tool set's binaries).
 OLMV1_E2E_FLAGS ?=
 .PHONY: test-olmv1
 test-olmv1: tools-for-test-olmv1 ## Install, upgrade and uninstall the operator through OLM v1 (catalogd, operator-controller) on a real node (needs root).
-	go -C $(BOXCUTTER_MODULE) test -count=1 ./...
+	KUBEBUILDER_ASSETS=$(BIN) go -C $(BOXCUTTER_MODULE) test -count=1 ./...
 	go -C $(OLMV1_E2E_MODULE) test -c -tags $(OLM_GO_TAGS) -o $(BIN)/olmv1-e2e.test .
 	@# The suite compiles the images' binaries inside the sandbox, which has no network.
 	go -C hack/tools/opm mod download
