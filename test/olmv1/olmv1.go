@@ -130,7 +130,7 @@ func waitCAInjected(ctx context.Context, k8s client.Client, name string, timeout
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("cert-manager's CA injector did not give MutatingWebhookConfiguration %s a CA within %s (last error: %v)", name, timeout, err)
+			return fmt.Errorf("cert-manager's CA injector did not give MutatingWebhookConfiguration %s a CA within %s (last error: %w)", name, timeout, err)
 		case <-time.After(time.Second):
 		}
 	}
@@ -192,7 +192,7 @@ func Manifest() ([]*unstructured.Unstructured, error) {
 func mountRegistriesConf(u *unstructured.Unstructured) error {
 	d := &appsv1.Deployment{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, d); err != nil {
-		return fmt.Errorf("Deployment %s: %w", u.GetName(), err)
+		return fmt.Errorf("deployment %s: %w", u.GetName(), err)
 	}
 	spec := &d.Spec.Template.Spec
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: registriesConf, VolumeSource: corev1.VolumeSource{
@@ -207,7 +207,7 @@ func mountRegistriesConf(u *unstructured.Unstructured) error {
 		}
 	}
 	if !mounted {
-		return fmt.Errorf("Deployment %s has no manager container", u.GetName())
+		return fmt.Errorf("deployment %s has no manager container", u.GetName())
 	}
 	out, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
 	if err != nil {
@@ -325,7 +325,7 @@ func waitAvailable(ctx context.Context, k8s client.Client, name string, timeout 
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("Deployment %s/%s not Available within %s: status %+v (last error: %v)", Namespace, name, timeout, d.Status, err)
+			return fmt.Errorf("deployment %s/%s not Available within %s: status %+v (last error: %w)", Namespace, name, timeout, d.Status, err)
 		case <-time.After(time.Second):
 		}
 	}

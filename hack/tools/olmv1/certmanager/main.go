@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	cmscheme "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/scheme"
 	"github.com/cert-manager/cert-manager/pkg/controller"
 	"github.com/cert-manager/cert-manager/pkg/controller/cainjector"
 	logf "github.com/cert-manager/cert-manager/pkg/logs"
@@ -41,24 +42,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-
-	cmscheme "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/scheme"
-
-	// Each controller registers itself with package controller when imported.
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificaterequests/approver"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificaterequests/ca"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificaterequests/selfsigned"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/issuing"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/keymanager"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/readiness"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/requestmanager"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/revisionmanager"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/trigger"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/clusterissuers"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/issuers"
-	// The issuer types the issuers controllers check.
-	_ "github.com/cert-manager/cert-manager/pkg/issuer/ca"
-	_ "github.com/cert-manager/cert-manager/pkg/issuer/selfsigned"
 )
 
 // workers is cert-manager's default number of workers per controller.

@@ -8,9 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"pkg.package-operator.run/boxcutter/machinery/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Action is what reconciling an object did.

@@ -114,7 +114,7 @@ func (c *trackingCache) track(ctx context.Context, user types.UID, gvks sets.Set
 		if _, ok := c.informers[gvk]; ok {
 			continue
 		}
-		inf, err := c.Cache.GetInformer(ctx, objectOf(gvk), cache.BlockUntilSynced(false))
+		inf, err := c.GetInformer(ctx, objectOf(gvk), cache.BlockUntilSynced(false))
 		if err != nil {
 			return nil, fmt.Errorf("start an informer for %s: %w", gvk, err)
 		}
@@ -148,7 +148,7 @@ func (c *trackingCache) stopUnused(ctx context.Context) error {
 		if used.Has(gvk) {
 			continue
 		}
-		if err := c.Cache.RemoveInformer(ctx, objectOf(gvk)); err != nil {
+		if err := c.RemoveInformer(ctx, objectOf(gvk)); err != nil {
 			errs = append(errs, fmt.Errorf("stop the informer for %s: %w", gvk, err))
 			continue
 		}

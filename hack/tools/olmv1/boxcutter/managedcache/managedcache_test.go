@@ -68,7 +68,7 @@ func (r *recorder) has(name string) bool {
 
 // start starts a source of tc that records the names of created objects, as
 // operator-controller's ClusterExtension controller is fed (with a predicate).
-func start(t *testing.T, ctx context.Context, tc TrackingCache) *recorder {
+func start(ctx context.Context, t *testing.T, tc TrackingCache) *recorder {
 	t.Helper()
 	r := &recorder{seen: map[string]bool{}}
 	h := handler.Funcs{CreateFunc: func(_ context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -118,7 +118,7 @@ func user(name, uid string) client.Object {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid)}}
 }
 
-func create(t *testing.T, ctx context.Context, c client.Client, obj client.Object) {
+func create(ctx context.Context, t *testing.T, c client.Client, obj client.Object) {
 	t.Helper()
 	obj.SetNamespace("default")
 	if err := c.Create(ctx, obj); err != nil {
@@ -146,12 +146,12 @@ func watching(tc *trackingCache) sets.Set[schema.GroupVersionKind] {
 
 func TestEventsOfWatchedKindsReachSourcesStartedBeforeAndAfter(t *testing.T) {
 	ctx, tc, c := newCache(t)
-	before := start(t, ctx, tc)
+	before := start(ctx, t, tc)
 	if err := tc.Watch(ctx, user("ext", "uid-1"), sets.New(configMaps)); err != nil {
 		t.Fatal(err)
 	}
-	after := start(t, ctx, tc)
-	create(t, ctx, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watched"}})
+	after := start(ctx, t, tc)
+	create(ctx, t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watched"}})
 	eventually(t, "both sources see the ConfigMap", func() bool { return before.has("watched") && after.has("watched") })
 	if !watching(tc).Equal(sets.New(configMaps)) {
 		t.Fatalf("informers %v, want ConfigMaps only", watching(tc))
@@ -160,7 +160,7 @@ func TestEventsOfWatchedKindsReachSourcesStartedBeforeAndAfter(t *testing.T) {
 
 func TestAKindStopsWhenItsLastUserIsFreed(t *testing.T) {
 	ctx, tc, c := newCache(t)
-	seen := start(t, ctx, tc)
+	seen := start(ctx, t, tc)
 	a, b := user("a", "uid-a"), user("b", "uid-b")
 	for _, u := range []client.Object{a, b} {
 		if err := tc.Watch(ctx, u, sets.New(configMaps)); err != nil {
@@ -170,7 +170,7 @@ func TestAKindStopsWhenItsLastUserIsFreed(t *testing.T) {
 	if err := tc.Free(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	create(t, ctx, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "b-still-watches"}})
+	create(ctx, t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "b-still-watches"}})
 	eventually(t, "the ConfigMap's event while b watches", func() bool { return seen.has("b-still-watches") })
 
 	// A user of the same name but another UID is another user: freeing it frees nothing.
@@ -189,11 +189,11 @@ func TestAKindStopsWhenItsLastUserIsFreed(t *testing.T) {
 	}
 	// The ConfigMap informer is gone: a ConfigMap created now is not delivered, while a
 	// Secret watched afterwards, created after it, is.
-	create(t, ctx, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "nobody-watches"}})
+	create(ctx, t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "nobody-watches"}})
 	if err := tc.Watch(ctx, a, sets.New(secrets)); err != nil {
 		t.Fatal(err)
 	}
-	create(t, ctx, c, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "a-watches-secrets"}})
+	create(ctx, t, c, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "a-watches-secrets"}})
 	eventually(t, "the Secret's event", func() bool { return seen.has("a-watches-secrets") })
 	if seen.has("nobody-watches") {
 		t.Fatal("a ConfigMap's event arrived after the last ConfigMap user was freed")

@@ -5,7 +5,6 @@ package ownerhandling
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-
 	"pkg.package-operator.run/boxcutter/machinery/types"
 )
 

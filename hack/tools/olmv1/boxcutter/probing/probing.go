@@ -6,9 +6,8 @@ package probing
 import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"pkg.package-operator.run/boxcutter/machinery/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Prober probes an object's state.

@@ -6,9 +6,8 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"pkg.package-operator.run/boxcutter/machinery/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // PhaseValidator checks a phase before it is reconciled.
