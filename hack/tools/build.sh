@@ -53,7 +53,7 @@ optional=(sdk olm opm peers node containerd cni krew olmv1)
 # cache (measured on this project's CI machines), for the plan printed before building.
 declare -A estimate=(
 	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [opm]=3 [peers]=1
-	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1 [olmv1]=12
+	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1 [olmv1]=5
 )
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
