@@ -281,6 +281,9 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 		setCatalogImage(unsafeCatalogImage)
 		Eventually(func(g Gomega) {
 			alive()
+			if v := installedVersion(); v == unsafe.Version {
+				StopTrying("OLM v1 installed the unsafe release " + v).Now()
+			}
 			progressing := meta.FindStatusCondition(extensionConditions(g), "Progressing")
 			g.Expect(progressing).NotTo(BeNil())
 			g.Expect(progressing.Reason).To(Equal("Retrying"), "Progressing: %s", progressing.Message)
