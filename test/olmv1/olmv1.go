@@ -75,12 +75,22 @@ func Install(ctx context.Context, c *cluster.Cluster, k8s client.Client, dir, lo
 	if o.certManager, err = startCertManager(ctx, c, k8s, logDir); err != nil {
 		return nil, err
 	}
-	for component := range deployments {
-		img, err := componentImage(component)
+	for _, component := range []struct {
+		name string
+		bin  func() (string, error)
+	}{
+		{"catalogd", func() (string, error) { return tools.Path("catalogd") }},
+		{"operator-controller", func() (string, error) { return tools.Path("operator-controller") }},
+	} {
+		bin, err := component.bin()
 		if err != nil {
 			return nil, err
 		}
-		if _, err := c.Push(ctx, "operator-framework/"+component+":"+Version, img); err != nil {
+		img, err := componentImage(component.name, bin)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.Push(ctx, "operator-framework/"+component.name+":"+Version, img); err != nil {
 			return nil, err
 		}
 	}
@@ -237,16 +247,12 @@ func registriesConfFor(mirrored []string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: out}
 }
 
-// componentImage is the image of one OLM v1 binary as upstream's Dockerfiles build it
-// (Dockerfile.catalogd, Dockerfile.operator-controller): the binary at /<name>, run as
+// componentImage is the image of one OLM v1 binary, bin, as upstream's Dockerfiles build
+// it (Dockerfile.catalogd, Dockerfile.operator-controller): the binary at /<name>, run as
 // the nonroot user 65532 from /, on the project's base files (passwd and group naming
 // that user) and a /tmp.
-func componentImage(name string) (imagebuild.Artifact, error) {
+func componentImage(name, bin string) (imagebuild.Artifact, error) {
 	root, err := tools.RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	bin, err := tools.Path(name)
 	if err != nil {
 		return nil, err
 	}
