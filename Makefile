@@ -141,6 +141,9 @@ verify: tools-for-verify manifests generate catalog ## Regenerate everything (CR
 # The real-node suites (test/e2e/realnode, test/harness/cluster/realnode) need root; the
 # first runs the operator image docker-build writes into IMAGE_LAYOUT.
 test: tools-for-test verify vet lint bundle-validate operatorhub docker-build ## Run verify, vet, lint, operator-sdk bundle validate, the OperatorHub checks, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root).
+	@# The real-node suite installs the Prometheus Operator from its module's bundle.yaml,
+	@# inside a sandbox without network.
+	go -C hack/tools/prometheus-operator mod download github.com/prometheus-operator/prometheus-operator
 	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) ./...
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(GO_TEST_FLAGS) ./...
 
@@ -228,6 +231,24 @@ endif
 
 ##@ Deployment
 
+# The kustomize configuration make deploy and make undeploy apply: config/default (the
+# operator keeps its own webhook certificate), or config/certmanager on a cluster where
+# cert-manager issues it (docs/deploy.md).
+DEPLOY_CONFIG ?= config/default
+# How long make undeploy waits for the StorageBuckets and Foos to go before it stops
+# (and leaves the operator running to finish them).
+UNDEPLOY_TIMEOUT ?= 5m
+# The manager image config/manager names, which IMG replaces.
+MANAGER_IMAGE := quay.io/phalanks/phalanks-operator
+
+# kustomize-build renders the configuration $(1) with the manager image IMG, through a
+# temporary overlay under bin/, so that deploying changes no committed file.
+define kustomize-build
+tmp=$$(mktemp -d $(BIN)/deploy.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
+	(cd "$$tmp" && $(KUSTOMIZE) create --resources ../../$(1) && $(KUSTOMIZE) edit set image $(MANAGER_IMAGE)=$(IMG)) && \
+	$(KUSTOMIZE) build "$$tmp"
+endef
+
 .PHONY: install
 install: tools-for-install manifests ## Install the CRDs into the cluster of the current kubeconfig.
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
@@ -237,18 +258,27 @@ uninstall: tools-for-uninstall manifests ## Remove the CRDs (and every custom re
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
 .PHONY: deploy
-deploy: tools-for-deploy manifests ## Deploy the operator with kustomize (needs cert-manager for the conversion webhook).
-	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
-	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
+deploy: tools-for-deploy manifests ## Deploy the operator image IMG with kustomize (DEPLOY_CONFIG: config/default, or config/certmanager).
+	$(call kustomize-build,$(DEPLOY_CONFIG)) | $(KUBECTL) apply --server-side -f -
 
 .PHONY: deploy-monitoring
-deploy-monitoring: tools-for-deploy-monitoring manifests ## Deploy like deploy, plus a ServiceMonitor scraping the metrics over verified TLS (needs cert-manager and the Prometheus Operator).
-	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
-	$(KUSTOMIZE) build config/prometheus | $(KUBECTL) apply --server-side -f -
+deploy-monitoring: tools-for-deploy-monitoring manifests ## Deploy like deploy, plus a ServiceMonitor scraping the metrics over verified TLS and the alerting rules (needs the Prometheus Operator).
+	$(call kustomize-build,config/prometheus) | $(KUBECTL) apply --server-side -f -
 
+# The StorageBuckets and Foos go first, while the operator still runs: it deletes or
+# keeps each bucket by its deletionPolicy, and a finalizer it cannot complete stops
+# undeploy here instead of leaving the CRD and its namespace stuck terminating.
 .PHONY: undeploy
-undeploy: tools-for-undeploy ## Remove the kustomize deployment.
-	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
+undeploy: tools-for-undeploy ## Remove the operator: its StorageBuckets and Foos first (buckets by their deletionPolicy), then everything deploy applied.
+	@if $(KUBECTL) get crd storagebuckets.phalanks.io foos.phalanks.io >/dev/null 2>&1; then \
+		echo "undeploy: deleting every StorageBucket and Foo while the operator runs (up to $(UNDEPLOY_TIMEOUT))"; \
+		if ! $(KUBECTL) delete storagebuckets.phalanks.io,foos.phalanks.io --all --all-namespaces --wait --timeout=$(UNDEPLOY_TIMEOUT); then \
+			echo "undeploy: stopped; these StorageBuckets are still being deleted (their Ready condition says why), the operator keeps running:"; \
+			$(KUBECTL) get storagebuckets.phalanks.io --all-namespaces; \
+			exit 1; \
+		fi; \
+	fi
+	$(call kustomize-build,$(DEPLOY_CONFIG)) | $(KUBECTL) delete --ignore-not-found -f -
 
 ##@ OLM
 
@@ -345,7 +375,7 @@ TOOLS_deploy := gen kubectl
 TOOLS_deploy-monitoring := gen kubectl
 TOOLS_undeploy := gen kubectl
 TOOLS_demo := gen kube kubectl kwok minio node containerd cni
-TOOLS_test := gen sdk lint kube kubectl kwok minio node containerd cni krew
+TOOLS_test := gen sdk lint kube kubectl kwok minio node containerd cni krew prometheus prometheus-operator
 TOOLS_test-e2e := $(TOOLS_demo)
 TOOLS_test-olm := gen sdk kube kubectl kwok minio olm opm node containerd cni
 TOOLS_test-olmv1 := $(TOOLS_test-olm) olmv1
@@ -382,7 +412,7 @@ tools: ## Build every default tool set into the per-machine cache (hack/tools/bu
 	hack/tools/build.sh
 
 # tools-<set> builds one set; tools-olm builds both OLM sets (olm and opm).
-TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni krew olmv1
+TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni krew prometheus prometheus-operator olmv1
 .PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*

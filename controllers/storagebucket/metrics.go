@@ -26,6 +26,13 @@ var (
 		Help: "1 when the last probe found the bucket Ready, 0 otherwise; removed with the StorageBucket.",
 	}, []string{"storagebucket_namespace", "storagebucket"})
 
+	// consecutiveFailures lets an alert wait for a number of probes, whatever each
+	// bucket's interval: "not Ready for N intervals" is N failures in a row.
+	consecutiveFailures = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "phalanks_storagebucket_consecutive_failures",
+		Help: "Probes in a row that found the bucket not Ready (0 after a healthy one); removed with the StorageBucket.",
+	}, []string{"storagebucket_namespace", "storagebucket"})
+
 	probeLateness = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "phalanks_storagebucket_probe_lateness_seconds",
 		Help: "How long after its due time a scheduled probe started.",
@@ -60,6 +67,6 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(probeDuration, probeFailures, bucketUp, probeLateness, probesTotal,
+	metrics.Registry.MustRegister(probeDuration, probeFailures, bucketUp, consecutiveFailures, probeLateness, probesTotal,
 		statusWrites, scheduledBuckets, dispatchedBuckets, endpointDownMarks)
 }

@@ -14,6 +14,8 @@ import (
 func TestMetricLabelsSurviveAScrape(t *testing.T) {
 	bucketUp.WithLabelValues("team-a", "photos").Set(1)
 	defer bucketUp.DeleteLabelValues("team-a", "photos")
+	consecutiveFailures.WithLabelValues("team-a", "photos").Set(0)
+	defer consecutiveFailures.DeleteLabelValues("team-a", "photos")
 	probeDuration.WithLabelValues("HeadBucket", "success").Observe(0)
 	probeFailures.WithLabelValues("Timeout").Add(0)
 	probesTotal.WithLabelValues("schedule").Add(0)

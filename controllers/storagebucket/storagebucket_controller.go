@@ -327,6 +327,7 @@ func (r *Reconciler) forget(uid types.UID) {
 	r.refs.release(uid)
 	if key, ok := r.mem.forget(uid); ok {
 		bucketUp.DeleteLabelValues(key.Namespace, key.Name)
+		consecutiveFailures.DeleteLabelValues(key.Namespace, key.Name)
 	}
 	scheduledBuckets.Set(float64(r.sched.Len()))
 }

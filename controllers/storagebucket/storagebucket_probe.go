@@ -237,6 +237,7 @@ func (r *Reconciler) record(sb *phalanksv1beta1.StorageBucket, st *bucketState, 
 		st.obs.failures++
 		bucketUp.WithLabelValues(key.Namespace, key.Name).Set(0)
 	}
+	consecutiveFailures.WithLabelValues(key.Namespace, key.Name).Set(float64(st.obs.failures))
 	if probed {
 		if res.Failure != nil {
 			result = "failure"

@@ -215,6 +215,25 @@ func counter(name string, labels map[string]string) float64 {
 	return total
 }
 
+// series counts the series of a metric with the given labels.
+func series(name string, labels map[string]string) int {
+	GinkgoHelper()
+	families, err := metrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	n := 0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if hasLabels(m, labels) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 func hasLabels(m *dto.Metric, want map[string]string) bool {
 	have := map[string]string{}
 	for _, l := range m.GetLabel() {

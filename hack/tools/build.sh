@@ -32,6 +32,8 @@ declare -A packages=(
 	[node]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
 	[containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
 	[sdk]="github.com/operator-framework/operator-sdk/cmd/operator-sdk github.com/operator-framework/operator-sdk/images/scorecard-test"
+	[prometheus]="github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool"
+	[prometheus-operator]="github.com/prometheus-operator/prometheus-operator/cmd/operator=prometheus-operator github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader"
 	[olmv1]="github.com/operator-framework/operator-controller/cmd/catalogd github.com/operator-framework/operator-controller/cmd/operator-controller github.com/phalanks/phalanks-operator/hack/tools/olmv1/certmanager=cert-manager"
 	[cni]="github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap"
 )
@@ -47,13 +49,13 @@ declare -A modules=(
 # Built by `make tools`; every make target builds the sets it needs itself (see the
 # TOOLS_* variables in the Makefile).
 order=(gen lint kube kubectl kwok minio)
-optional=(sdk olm opm peers node containerd cni krew olmv1)
+optional=(sdk olm opm peers node containerd cni krew prometheus prometheus-operator olmv1)
 
 # Roughly how long a first build of each set takes on two cores with an empty Go build
 # cache (measured on this project's CI machines), for the plan printed before building.
 declare -A estimate=(
 	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [opm]=3 [peers]=1
-	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1 [olmv1]=5
+	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1 [prometheus]=5 [prometheus-operator]=3 [olmv1]=5
 )
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
@@ -95,6 +97,16 @@ sdk_ldflags() {
 		"-X $pkg.KubernetesVersion=$(cd "$tools/sdk" && go list -m -f '{{.Version}}' k8s.io/api | sed s/^v0/v1/)"
 }
 
+# Prometheus and the Prometheus Operator report the version stamped into
+# prometheus/common/version (prometheus_build_info, --version). Prometheus's Go module
+# versions v0.3XX.Y are its releases v3.XX.Y.
+prometheus_version() {
+	local v
+	v=$(cd "$tools/prometheus" && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)
+	v=${v#v0.}
+	echo "${v:0:1}.${v:1}"
+}
+
 # operator-controller and catalogd report the version stamped into them (upstream's
 # Makefile does the same); cert-manager's library reports its own in its user agent.
 olmv1_ldflags() {
@@ -107,6 +119,8 @@ olmv1_ldflags() {
 ldflags_for() {
 	case $(module_of "$1") in
 	kube) echo "-s -w $(kube_ldflags)" ;;
+	prometheus) echo "-s -w -X github.com/prometheus/common/version.Version=$(prometheus_version)" ;;
+	prometheus-operator) echo "-s -w -X github.com/prometheus/common/version.Version=$(cd "$tools/prometheus-operator" && go list -m -f '{{.Version}}' github.com/prometheus-operator/prometheus-operator | sed 's/^v//')" ;;
 	sdk) echo "-s -w $(sdk_ldflags)" ;;
 	containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(cd "$tools/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)" ;;
 	olmv1) olmv1_ldflags ;;
