@@ -76,6 +76,12 @@ IMAGES_FLAGS = --layout $(IMAGE_LAYOUT) --bundle-dir $(BUNDLE_DIR) --plain-http=
 	--image $(IMG) --bundle-image $(BUNDLE_IMG) --catalog-image $(CATALOG_IMG) --scorecard-image $(SCORECARD_TEST_IMG)
 # The OLM end-to-end test (make test-olm) is a third module: it runs hack/olm's generator.
 OLM_E2E_MODULE := test/olm
+# The OLM v1 end-to-end test (make test-olmv1) is a fourth, using test/olm's packaging.
+OLMV1_E2E_MODULE := test/olmv1
+# Code written here for the olmv1 tool set: the cert-manager command and the boxcutter
+# stand-in module (hack/tools/olmv1/boxcutter).
+OLMV1_TOOLS := hack/tools/olmv1
+BOXCUTTER_MODULE := hack/tools/olmv1/boxcutter
 
 .PHONY: all
 all: build
@@ -107,30 +113,44 @@ fmt: ## Run go fmt.
 	go fmt ./...
 	go -C $(OLM_MODULE) fmt ./...
 	go -C $(OLM_E2E_MODULE) fmt ./...
+	go -C $(OLMV1_E2E_MODULE) fmt ./...
+	go -C $(OLMV1_TOOLS) fmt ./certmanager
+	go -C $(BOXCUTTER_MODULE) fmt ./...
 
 .PHONY: vet
 vet: ## Run go vet.
 	go vet ./...
 	go -C $(OLM_MODULE) vet -tags $(OLM_GO_TAGS) ./...
 	go -C $(OLM_E2E_MODULE) vet -tags $(OLM_GO_TAGS) ./...
+	go -C $(OLMV1_E2E_MODULE) vet -tags $(OLM_GO_TAGS) ./...
+	go -C $(OLMV1_TOOLS) vet ./certmanager
+	go -C $(BOXCUTTER_MODULE) vet ./...
 
 .PHONY: lint
 lint: tools-for-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 	cd $(OLM_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
 	cd $(OLM_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
+	cd $(OLMV1_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
+	cd $(OLMV1_TOOLS) && $(GOLANGCI_LINT) run ./certmanager
+	cd $(BOXCUTTER_MODULE) && $(GOLANGCI_LINT) run ./...
 
 .PHONY: lint-fix
 lint-fix: tools-for-lint ## Run golangci-lint and apply its fixes.
 	$(GOLANGCI_LINT) run --fix ./...
 	cd $(OLM_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
 	cd $(OLM_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
+	cd $(OLMV1_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
+	cd $(OLMV1_TOOLS) && $(GOLANGCI_LINT) run --fix ./certmanager
+	cd $(BOXCUTTER_MODULE) && $(GOLANGCI_LINT) run --fix ./...
 
 .PHONY: verify
 verify: tools-for-verify manifests generate catalog ## Regenerate everything (CRDs, RBAC, deepcopy, bundle, catalog) and fail if the tree changed.
 	go mod tidy
 	go -C $(OLM_MODULE) mod tidy
 	go -C $(OLM_E2E_MODULE) mod tidy
+	go -C $(OLMV1_E2E_MODULE) mod tidy
+	go -C $(BOXCUTTER_MODULE) mod tidy
 	@if [ -n "$$(git status --porcelain -- . ':!bin')" ]; then \
 		echo "verify: generated files are stale; run the generators and commit:"; \
 		git status --porcelain -- . ':!bin'; git --no-pager diff --stat; exit 1; \
@@ -170,6 +190,22 @@ test-olm: tools-for-test-olm ## Install, upgrade and uninstall the operator thro
 	go -C hack/tools/healthprobe mod download
 	go -C hack/tools/olm mod download
 	$(BIN)/olm-e2e.test -test.v -test.timeout=40m -ginkgo.v $(OLM_E2E_FLAGS)
+
+# The OLM v1 end-to-end test needs root, like test-olm: the local cluster with a real node
+# (and cluster DNS) in a sandbox; cert-manager's controllers out of cluster; catalogd and
+# operator-controller as upstream's standard manifest deploys them, from images of the
+# olmv1 tool set's binaries; the operator from our catalog and bundle images. The boxcutter
+# stand-in's tests run first (they need no root; its tracking cache's run against a real
+# kube-apiserver, envtest with the kube tool set's binaries).
+OLMV1_E2E_FLAGS ?=
+.PHONY: test-olmv1
+test-olmv1: tools-for-test-olmv1 ## Install, upgrade and uninstall the operator through OLM v1 (catalogd, operator-controller) on a real node (needs root).
+	KUBEBUILDER_ASSETS=$(BIN) go -C $(BOXCUTTER_MODULE) test -count=1 ./...
+	go -C $(OLMV1_E2E_MODULE) test -c -tags $(OLM_GO_TAGS) -o $(BIN)/olmv1-e2e.test .
+	@# The suite compiles the images' binaries inside the sandbox, which has no network.
+	go -C hack/tools/opm mod download
+	go -C hack/tools/healthprobe mod download
+	$(BIN)/olmv1-e2e.test -test.v -test.timeout=40m -ginkgo.v $(OLMV1_E2E_FLAGS)
 
 # Scenario benchmarks run one at a time (-p 1): each measures a peer in the same run
 # and reports ratios, and two at once would share the two cores.
@@ -370,6 +406,7 @@ TOOLS_test := gen sdk lint kube kubectl kwok minio node containerd cni krew prom
 TOOLS_test-k8s-versions := gen kube kwok minio node containerd cni $(filter-out kube,$(KUBE_VERSIONS))
 TOOLS_test-e2e := $(TOOLS_demo)
 TOOLS_test-olm := gen sdk kube kubectl kwok minio olm opm node containerd cni
+TOOLS_test-olmv1 := $(TOOLS_test-olm) olmv1
 TOOLS_bench := kube kwok minio peers
 TOOLS_plugin-dist := krew
 TOOLS_scorecard := sdk
@@ -403,7 +440,7 @@ tools: ## Build every default tool set into the per-machine cache (hack/tools/bu
 	hack/tools/build.sh
 
 # tools-<set> builds one set; tools-olm builds both OLM sets (olm and opm).
-TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni krew prometheus prometheus-operator $(filter-out kube,$(KUBE_VERSIONS))
+TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni krew prometheus prometheus-operator olmv1 $(filter-out kube,$(KUBE_VERSIONS))
 .PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*

@@ -34,6 +34,7 @@ declare -A packages=(
 	[sdk]="github.com/operator-framework/operator-sdk/cmd/operator-sdk github.com/operator-framework/operator-sdk/images/scorecard-test"
 	[prometheus]="github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool"
 	[prometheus-operator]="github.com/prometheus-operator/prometheus-operator/cmd/operator=prometheus-operator github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader"
+	[olmv1]="github.com/operator-framework/operator-controller/cmd/catalogd github.com/operator-framework/operator-controller/cmd/operator-controller github.com/phalanks/phalanks-operator/hack/tools/olmv1/certmanager=cert-manager"
 	[cni]="github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap"
 )
 # The module (hack/tools/<module>) a set is built from, when it is not the set's name:
@@ -48,7 +49,7 @@ declare -A modules=(
 # Built by `make tools`; every make target builds the sets it needs itself (see the
 # TOOLS_* variables in the Makefile).
 order=(gen lint kube kubectl kwok minio)
-optional=(sdk olm opm peers node containerd cni krew prometheus prometheus-operator)
+optional=(sdk olm opm peers node containerd cni krew prometheus prometheus-operator olmv1)
 
 # Every other Kubernetes version the suites run on (docs/kubernetes-versions.md) is a
 # set kube-<minor> built from hack/tools/kube-<minor>, which hack/tools/kube-version.sh
@@ -64,7 +65,7 @@ done
 # cache (measured on this project's CI machines), for the plan printed before building.
 declare -A estimate=(
 	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [opm]=3 [peers]=1
-	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1 [prometheus]=5 [prometheus-operator]=3
+	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1 [prometheus]=5 [prometheus-operator]=3 [olmv1]=5
 )
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
@@ -74,6 +75,7 @@ declare -A tags=(
 	[opm]="json1,containers_image_openpgp"
 	[sdk]="containers_image_openpgp"
 	[containerd]="no_btrfs,no_devmapper,no_zfs"
+	[olmv1]="containers_image_openpgp"
 )
 declare -A cgo=(
 	[opm]=1
@@ -132,6 +134,15 @@ prometheus_version() {
 	echo "${v:0:1}.${v:1}"
 }
 
+# operator-controller and catalogd report the version stamped into them (upstream's
+# Makefile does the same); cert-manager's library reports its own in its user agent.
+olmv1_ldflags() {
+	local oc cm
+	oc=$(cd "$tools/olmv1" && go list -m -f '{{.Version}}' github.com/operator-framework/operator-controller)
+	cm=$(cd "$tools/olmv1" && go list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)
+	echo "-s -w -X github.com/operator-framework/operator-controller/internal/shared/version.version=$oc -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$cm"
+}
+
 ldflags_for() {
 	local module
 	module=$(module_of "$1")
@@ -141,15 +152,31 @@ ldflags_for() {
 	prometheus-operator) echo "-s -w -X github.com/prometheus/common/version.Version=$(cd "$tools/prometheus-operator" && go list -m -f '{{.Version}}' github.com/prometheus-operator/prometheus-operator | sed 's/^v//')" ;;
 	sdk) echo "-s -w $(sdk_ldflags)" ;;
 	containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(cd "$tools/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)" ;;
+	olmv1) olmv1_ldflags ;;
 	*) echo "-s -w" ;;
 	esac
 }
 
+# local_sources lists the Go sources a set builds from its own module directory: a
+# command written here, or a module the set's go.mod replaces with a directory of it.
+# Other sets build only downloaded code, and their cache keys stay as they were.
+local_sources() {
+	local mod
+	mod=$(module_of "$1")
+	if [[ ${packages[$1]} == *"/hack/tools/$mod/"* ]] || grep -q '=> \./' "$tools/$mod/go.mod"; then
+		find "$tools/$mod" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) ! -name '*_test.go' | LC_ALL=C sort
+	fi
+}
+
 key_for() {
-	local set=$1 mod
+	local set=$1 mod f
 	mod=$(module_of "$set")
 	{
 		cat "$tools/$mod/go.mod" "$tools/$mod/go.sum"
+		for f in $(local_sources "$set"); do
+			echo "${f#"$tools/"}"
+			cat "$f"
+		done
 		echo "${packages[$set]}"
 		ldflags_for "$set"
 		# Only sets with tags or cgo add a line, so the other sets keep their cache keys.

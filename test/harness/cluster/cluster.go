@@ -68,6 +68,12 @@ type Options struct {
 	// local registry, RegistryHost, and nowhere else: an image the project publishes as
 	// quay.io/phalanks/x:v1 runs from RegistryHost/phalanks/x:v1.
 	Mirrors []string
+	// ClusterDNS runs cluster DNS for the real node's pods, as CoreDNS does on a real
+	// cluster: a DNS server on NodeIP answers <service>.<namespace>.svc.cluster.local
+	// (and <service>.<namespace>.svc) with the Service's ClusterIP, and the kubelet gives
+	// pods it as their nameserver with the search path of the cluster domain,
+	// cluster.local. Other names do not resolve. Without it pods have no cluster DNS.
+	ClusterDNS bool
 }
 
 // Cluster is a running local control plane.
