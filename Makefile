@@ -43,6 +43,25 @@ OPERATOR_SDK := $(BIN)/operator-sdk
 # Test packages run in parallel; every harness picks its own ports and directories.
 GO_TEST_FLAGS ?= -race -count=1 -timeout=40m
 
+# The Kubernetes versions the suites run on (docs/kubernetes-versions.md). The default
+# tool sets (kube, kubectl, node) are the newest supported version; every other kept
+# version is a tool set kube-<minor> (hack/tools/kube-<minor>) holding its control plane,
+# which a suite runs when PHALANKS_KUBE_TOOLS names it. The oldest is the CSV's
+# minKubeVersion.
+KUBE_OLDEST := kube-1.29
+KUBE_VERSIONS := kube $(KUBE_OLDEST)
+# The suites that start an API server without a real node (envtest and the local cluster
+# with fake nodes): test-k8s-versions runs every one of them on every kept version.
+KUBE_SUITES = $(filter-out %/realnode,$(shell go list ./controllers/... ./internal/... ./test/e2e/... ./test/harness/envtest ./test/harness/cluster))
+# The ones that exercise what differs between API server versions, which make test also
+# runs on the oldest: CRD schemas and CEL rules at admission (storagebucket), the
+# conversion webhook (webhooks), KEP-5866 shard selectors and the Lease ring (sharding),
+# server-side apply of workloads, HPAs and PDBs (scaling), rewriting stored objects and
+# storedVersions (storagemigration). The others use the same APIs the same way on every
+# version; test-k8s-versions runs them on the oldest too.
+KUBE_OLDEST_SUITES := ./controllers/storagebucket ./controllers/scaling ./internal/webhooks ./internal/sharding \
+	./internal/storagemigration
+
 # The OLM tooling (bundle and catalog generator, validation, scorecard checks) is a Go
 # module of its own, so operator-registry's dependency tree stays out of the operator's
 # go.mod. containers/image, which operator-registry pulls in, builds without the gpgme C
@@ -57,6 +76,12 @@ IMAGES_FLAGS = --layout $(IMAGE_LAYOUT) --bundle-dir $(BUNDLE_DIR) --plain-http=
 	--image $(IMG) --bundle-image $(BUNDLE_IMG) --catalog-image $(CATALOG_IMG) --scorecard-image $(SCORECARD_TEST_IMG)
 # The OLM end-to-end test (make test-olm) is a third module: it runs hack/olm's generator.
 OLM_E2E_MODULE := test/olm
+# The OLM v1 end-to-end test (make test-olmv1) is a fourth, using test/olm's packaging.
+OLMV1_E2E_MODULE := test/olmv1
+# Code written here for the olmv1 tool set: the cert-manager command and the boxcutter
+# stand-in module (hack/tools/olmv1/boxcutter).
+OLMV1_TOOLS := hack/tools/olmv1
+BOXCUTTER_MODULE := hack/tools/olmv1/boxcutter
 
 .PHONY: all
 all: build
@@ -88,30 +113,44 @@ fmt: ## Run go fmt.
 	go fmt ./...
 	go -C $(OLM_MODULE) fmt ./...
 	go -C $(OLM_E2E_MODULE) fmt ./...
+	go -C $(OLMV1_E2E_MODULE) fmt ./...
+	go -C $(OLMV1_TOOLS) fmt ./certmanager
+	go -C $(BOXCUTTER_MODULE) fmt ./...
 
 .PHONY: vet
 vet: ## Run go vet.
 	go vet ./...
 	go -C $(OLM_MODULE) vet -tags $(OLM_GO_TAGS) ./...
 	go -C $(OLM_E2E_MODULE) vet -tags $(OLM_GO_TAGS) ./...
+	go -C $(OLMV1_E2E_MODULE) vet -tags $(OLM_GO_TAGS) ./...
+	go -C $(OLMV1_TOOLS) vet ./certmanager
+	go -C $(BOXCUTTER_MODULE) vet ./...
 
 .PHONY: lint
 lint: tools-for-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 	cd $(OLM_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
 	cd $(OLM_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
+	cd $(OLMV1_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
+	cd $(OLMV1_TOOLS) && $(GOLANGCI_LINT) run ./certmanager
+	cd $(BOXCUTTER_MODULE) && $(GOLANGCI_LINT) run ./...
 
 .PHONY: lint-fix
 lint-fix: tools-for-lint ## Run golangci-lint and apply its fixes.
 	$(GOLANGCI_LINT) run --fix ./...
 	cd $(OLM_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
 	cd $(OLM_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
+	cd $(OLMV1_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
+	cd $(OLMV1_TOOLS) && $(GOLANGCI_LINT) run --fix ./certmanager
+	cd $(BOXCUTTER_MODULE) && $(GOLANGCI_LINT) run --fix ./...
 
 .PHONY: verify
 verify: tools-for-verify manifests generate catalog ## Regenerate everything (CRDs, RBAC, deepcopy, bundle, catalog) and fail if the tree changed.
 	go mod tidy
 	go -C $(OLM_MODULE) mod tidy
 	go -C $(OLM_E2E_MODULE) mod tidy
+	go -C $(OLMV1_E2E_MODULE) mod tidy
+	go -C $(BOXCUTTER_MODULE) mod tidy
 	@if [ -n "$$(git status --porcelain -- . ':!bin')" ]; then \
 		echo "verify: generated files are stale; run the generators and commit:"; \
 		git status --porcelain -- . ':!bin'; git --no-pager diff --stat; exit 1; \
@@ -120,8 +159,12 @@ verify: tools-for-verify manifests generate catalog ## Regenerate everything (CR
 .PHONY: test
 # The real-node suites (test/e2e/realnode, test/harness/cluster/realnode) need root; the
 # first runs the operator image docker-build writes into IMAGE_LAYOUT.
-test: tools-for-test verify vet lint bundle-validate operatorhub docker-build ## Run verify, vet, lint, operator-sdk bundle validate, the OperatorHub checks, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root).
+test: tools-for-test verify vet lint bundle-validate operatorhub docker-build ## Run verify, vet, lint, operator-sdk bundle validate, the OperatorHub checks, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root); the API-server suites also on the oldest supported Kubernetes.
+	@# The real-node suite installs the Prometheus Operator from its module's bundle.yaml,
+	@# inside a sandbox without network.
+	go -C hack/tools/prometheus-operator mod download github.com/prometheus-operator/prometheus-operator
 	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) ./...
+	PHALANKS_KUBE_TOOLS=$(KUBE_OLDEST) go test $(GO_TEST_FLAGS) $(KUBE_OLDEST_SUITES)
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(GO_TEST_FLAGS) ./...
 
 # The StorageBucket chaos suite (test/e2e/storagebucket/chaos_test.go): make test runs
@@ -132,6 +175,10 @@ CHAOS_SEED ?=
 chaos: tools-for-chaos ## Run the StorageBucket chaos suite for CHAOS_DURATION (10m): three managers, stalled API connections, skewed clocks, kills, StorageBuckets deleted and re-created.
 	PHALANKS_CHAOS_DURATION=$(CHAOS_DURATION) PHALANKS_CHAOS_SEED=$(CHAOS_SEED) \
 		go test $(GO_TEST_FLAGS) -v ./test/e2e/storagebucket/ -ginkgo.label-filter=chaos -ginkgo.v
+# One version after the other: each run uses both cores.
+.PHONY: test-k8s-versions
+test-k8s-versions: tools-for-test-k8s-versions ## Run every envtest and local-cluster suite on every supported Kubernetes version (KUBE_VERSIONS).
+	$(foreach set,$(KUBE_VERSIONS),PHALANKS_KUBE_TOOLS=$(set) go test $(GO_TEST_FLAGS) $(KUBE_SUITES) && ) true
 
 .PHONY: test-e2e
 test-e2e: tools-for-test-e2e build ## Run the demo once: every sample must reach its expected state.
@@ -151,6 +198,22 @@ test-olm: tools-for-test-olm ## Install, upgrade and uninstall the operator thro
 	go -C hack/tools/healthprobe mod download
 	go -C hack/tools/olm mod download
 	$(BIN)/olm-e2e.test -test.v -test.timeout=40m -ginkgo.v $(OLM_E2E_FLAGS)
+
+# The OLM v1 end-to-end test needs root, like test-olm: the local cluster with a real node
+# (and cluster DNS) in a sandbox; cert-manager's controllers out of cluster; catalogd and
+# operator-controller as upstream's standard manifest deploys them, from images of the
+# olmv1 tool set's binaries; the operator from our catalog and bundle images. The boxcutter
+# stand-in's tests run first (they need no root; its tracking cache's run against a real
+# kube-apiserver, envtest with the kube tool set's binaries).
+OLMV1_E2E_FLAGS ?=
+.PHONY: test-olmv1
+test-olmv1: tools-for-test-olmv1 ## Install, upgrade and uninstall the operator through OLM v1 (catalogd, operator-controller) on a real node (needs root).
+	KUBEBUILDER_ASSETS=$(BIN) go -C $(BOXCUTTER_MODULE) test -count=1 ./...
+	go -C $(OLMV1_E2E_MODULE) test -c -tags $(OLM_GO_TAGS) -o $(BIN)/olmv1-e2e.test .
+	@# The suite compiles the images' binaries inside the sandbox, which has no network.
+	go -C hack/tools/opm mod download
+	go -C hack/tools/healthprobe mod download
+	$(BIN)/olmv1-e2e.test -test.v -test.timeout=40m -ginkgo.v $(OLMV1_E2E_FLAGS)
 
 # Scenario benchmarks run one at a time (-p 1): each measures a peer in the same run
 # and reports ratios, and two at once would share the two cores.
@@ -201,6 +264,24 @@ endif
 
 ##@ Deployment
 
+# The kustomize configuration make deploy and make undeploy apply: config/default (the
+# operator keeps its own webhook certificate), or config/certmanager on a cluster where
+# cert-manager issues it (docs/deploy.md).
+DEPLOY_CONFIG ?= config/default
+# How long make undeploy waits for the StorageBuckets and Foos to go before it stops
+# (and leaves the operator running to finish them).
+UNDEPLOY_TIMEOUT ?= 5m
+# The manager image config/manager names, which IMG replaces.
+MANAGER_IMAGE := quay.io/phalanks/phalanks-operator
+
+# kustomize-build renders the configuration $(1) with the manager image IMG, through a
+# temporary overlay under bin/, so that deploying changes no committed file.
+define kustomize-build
+tmp=$$(mktemp -d $(BIN)/deploy.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
+	(cd "$$tmp" && $(KUSTOMIZE) create --resources ../../$(1) && $(KUSTOMIZE) edit set image $(MANAGER_IMAGE)=$(IMG)) && \
+	$(KUSTOMIZE) build "$$tmp"
+endef
+
 .PHONY: install
 install: tools-for-install manifests ## Install the CRDs into the cluster of the current kubeconfig.
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
@@ -210,18 +291,27 @@ uninstall: tools-for-uninstall manifests ## Remove the CRDs (and every custom re
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
 .PHONY: deploy
-deploy: tools-for-deploy manifests ## Deploy the operator with kustomize (needs cert-manager for the conversion webhook).
-	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
-	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
+deploy: tools-for-deploy manifests ## Deploy the operator image IMG with kustomize (DEPLOY_CONFIG: config/default, or config/certmanager).
+	$(call kustomize-build,$(DEPLOY_CONFIG)) | $(KUBECTL) apply --server-side -f -
 
 .PHONY: deploy-monitoring
-deploy-monitoring: tools-for-deploy-monitoring manifests ## Deploy like deploy, plus a ServiceMonitor scraping the metrics over verified TLS (needs cert-manager and the Prometheus Operator).
-	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
-	$(KUSTOMIZE) build config/prometheus | $(KUBECTL) apply --server-side -f -
+deploy-monitoring: tools-for-deploy-monitoring manifests ## Deploy like deploy, plus a ServiceMonitor scraping the metrics over verified TLS and the alerting rules (needs the Prometheus Operator).
+	$(call kustomize-build,config/prometheus) | $(KUBECTL) apply --server-side -f -
 
+# The StorageBuckets and Foos go first, while the operator still runs: it deletes or
+# keeps each bucket by its deletionPolicy, and a finalizer it cannot complete stops
+# undeploy here instead of leaving the CRD and its namespace stuck terminating.
 .PHONY: undeploy
-undeploy: tools-for-undeploy ## Remove the kustomize deployment.
-	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
+undeploy: tools-for-undeploy ## Remove the operator: its StorageBuckets and Foos first (buckets by their deletionPolicy), then everything deploy applied.
+	@if $(KUBECTL) get crd storagebuckets.phalanks.io foos.phalanks.io >/dev/null 2>&1; then \
+		echo "undeploy: deleting every StorageBucket and Foo while the operator runs (up to $(UNDEPLOY_TIMEOUT))"; \
+		if ! $(KUBECTL) delete storagebuckets.phalanks.io,foos.phalanks.io --all --all-namespaces --wait --timeout=$(UNDEPLOY_TIMEOUT); then \
+			echo "undeploy: stopped; these StorageBuckets are still being deleted (their Ready condition says why), the operator keeps running:"; \
+			$(KUBECTL) get storagebuckets.phalanks.io --all-namespaces; \
+			exit 1; \
+		fi; \
+	fi
+	$(call kustomize-build,$(DEPLOY_CONFIG)) | $(KUBECTL) delete --ignore-not-found -f -
 
 ##@ OLM
 
@@ -279,7 +369,7 @@ scorecard-image-push: tools-for-scorecard-image-push ## Push the custom scorecar
 # check it: operator-sdk's validators against the newest Kubernetes we support, the CSV's
 # required fields, the layout, the catalogs and their template, yamllint (Debian's).
 OPERATORHUB_DIR ?= $(BIN)/operatorhub
-OPERATORHUB_K8S_VERSION ?= 1.36
+OPERATORHUB_K8S_VERSION ?= 1.37
 .PHONY: operatorhub
 operatorhub: tools-for-operatorhub ## Lay out the OperatorHub pull request in OPERATORHUB_DIR and run the hubs' static checks on it.
 	@hack/tools/apt.sh yamllint=yamllint
@@ -318,11 +408,15 @@ TOOLS_deploy := gen kubectl
 TOOLS_deploy-monitoring := gen kubectl
 TOOLS_undeploy := gen kubectl
 TOOLS_demo := gen kube kubectl kwok minio node containerd cni
-TOOLS_test := gen sdk lint kube kubectl kwok minio node containerd cni krew
+TOOLS_test := gen sdk lint kube kubectl kwok minio node containerd cni krew prometheus prometheus-operator $(KUBE_OLDEST)
+# The local cluster's package can also start a real node, so its tests need the node's
+# sets built although these suites run fake nodes only.
+TOOLS_test-k8s-versions := gen kube kwok minio node containerd cni $(filter-out kube,$(KUBE_VERSIONS))
 TOOLS_test-e2e := $(TOOLS_demo)
 # The chaos spec runs an API server and MinIO; its package also holds local-cluster specs.
 TOOLS_chaos := gen kube kwok minio node containerd cni
 TOOLS_test-olm := gen sdk kube kubectl kwok minio olm opm node containerd cni
+TOOLS_test-olmv1 := $(TOOLS_test-olm) olmv1
 TOOLS_bench := kube kwok minio peers
 TOOLS_plugin-dist := krew
 TOOLS_scorecard := sdk
@@ -356,7 +450,7 @@ tools: ## Build every default tool set into the per-machine cache (hack/tools/bu
 	hack/tools/build.sh
 
 # tools-<set> builds one set; tools-olm builds both OLM sets (olm and opm).
-TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni krew
+TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni krew prometheus prometheus-operator olmv1 $(filter-out kube,$(KUBE_VERSIONS))
 .PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*

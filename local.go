@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
@@ -43,7 +44,9 @@ func outOfClusterDefaults(cfg *config, log logr.Logger) error {
 		log.Info("running outside a cluster: the leader election Lease goes to the kubeconfig context's namespace "+
 			"(set --leader-elect-namespace to choose another)", "namespace", ns)
 	}
-	if hasServingCert(cfg.webhookCertDir) {
+	// The rotator issues the certificate into this directory; a process outside a pod
+	// gets it only if something copies the Secret there.
+	if cfg.certRotation.Enabled || hasServingCert(cfg.webhookCertDir) {
 		return nil
 	}
 	dir, err := selfSignedServingCert()
@@ -56,6 +59,19 @@ func outOfClusterDefaults(cfg *config, log logr.Logger) error {
 		"(see docs/development.md)", "missingDir", cfg.webhookCertDir, "certificate", filepath.Join(dir, "tls.crt"))
 	cfg.webhookCertDir = dir
 	return nil
+}
+
+// podNamespace is the namespace the manager runs in: POD_NAMESPACE (config/manager sets
+// it from the pod's metadata), else its service account's; empty outside a pod.
+func podNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	data, err := os.ReadFile(serviceAccountNamespace)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(data))
 }
 
 func hasServingCert(dir string) bool {

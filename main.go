@@ -33,6 +33,7 @@ import (
 	"github.com/phalanks/phalanks-operator/controllers/foo"
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
 	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
+	"github.com/phalanks/phalanks-operator/internal/certrotation"
 	"github.com/phalanks/phalanks-operator/internal/clockoffset"
 	"github.com/phalanks/phalanks-operator/internal/sharding"
 	"github.com/phalanks/phalanks-operator/internal/storagemigration"
@@ -41,6 +42,9 @@ import (
 
 // leaderElectionID names the Lease that elects the one replica running leader-only work.
 const leaderElectionID = "phalanks-operator.phalanks.io"
+
+// storageBucketCRD is the CRD whose conversion webhook the manager serves.
+var storageBucketCRD = "storagebuckets." + phalanksv1beta1.GroupVersion.Group
 
 // config is everything the command line sets. Each controller package owns its options
 // (an Options struct with BindFlags) and is registered in setupReconcilers.
@@ -53,6 +57,7 @@ type config struct {
 	webhookPort    int
 	webhookCertDir string
 	enableHTTP2    bool
+	certRotation   certrotation.Options
 
 	leaderElect          bool
 	leaderElectNamespace string
@@ -90,6 +95,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
 		"Directory with the webhook server's tls.crt and tls.key (where OLM mounts them). "+
 			"Outside a cluster, when they are missing, the manager serves with a self-signed certificate.")
+	c.certRotation.BindFlags(fs)
 	fs.BoolVar(&c.enableHTTP2, "enable-http2", false,
 		"Serve HTTP/2 on the metrics and webhook servers (off by default: CVE-2023-44487, CVE-2023-39325).")
 	fs.BoolVar(&c.leaderElect, "leader-elect", false,
@@ -126,6 +132,12 @@ func parseFlags(args []string) (config, error) {
 		if err := sharding.ValidateTiming(c.storageBucket.ShardLeaseDuration, c.storageBucket.ShardRenewPeriod); err != nil {
 			return c, fmt.Errorf("--storagebucket-shard-lease-duration and --storagebucket-shard-renew-period: %w", err)
 		}
+	}
+	if err := c.certRotation.Validate(); err != nil {
+		return c, err
+	}
+	if c.certRotation.Enabled && c.metricsCertDir != "" {
+		return c, errors.New("--metrics-cert-dir and --webhook-cert-rotation: with the rotation on, the metrics endpoint serves the rotated certificate")
 	}
 	c.kubeconfig = fs.Lookup(ctrlconfig.KubeconfigFlagName).Value.String()
 	return c, nil
@@ -184,11 +196,21 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := managerOptions(cfg)
+	ctx := ctrl.SetupSignalHandler()
+	var rotation *certrotation.Rotation
+	if cfg.certRotation.Enabled {
+		rotation = certrotation.New(ctx, cfg.certRotation, cfg.webhookCertDir)
+	}
+	opts := managerOptions(cfg, rotation)
 	opts.Cache.NewInformer = newInformer
 	mgr, err := ctrl.NewManager(restCfg, opts)
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
+	}
+	if rotation != nil {
+		if err := rotation.Add(mgr, podNamespace(), []string{storageBucketCRD}); err != nil {
+			return err
+		}
 	}
 	if err := setupReconcilers(mgr, cfg); err != nil {
 		return err
@@ -203,20 +225,29 @@ func run(args []string) error {
 		return fmt.Errorf("add health check: %w", err)
 	}
 	// Ready once the conversion webhook serves: before that, reads of v1alpha1 fail.
-	if err := mgr.AddReadyzCheck("readyz", mgr.GetWebhookServer().StartedChecker()); err != nil {
+	ready := mgr.GetWebhookServer().StartedChecker()
+	if rotation != nil {
+		ready = rotation.ReadyChecker(cfg.webhookPort)
+	}
+	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
 	log.Info("starting manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil
 }
 
-func managerOptions(cfg config) manager.Options {
+// managerOptions configures the manager; with rotation, the webhook and metrics servers
+// serve its certificate.
+func managerOptions(cfg config, rotation *certrotation.Rotation) manager.Options {
 	var tlsOpts []func(*tls.Config)
 	if !cfg.enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	if rotation != nil {
+		tlsOpts = append(tlsOpts, rotation.TLSOption)
 	}
 	metrics := metricsserver.Options{
 		BindAddress:   cfg.metricsAddr,
@@ -268,7 +299,7 @@ func setupReconcilers(mgr manager.Manager, cfg config) error {
 // per start (leader only), so that a later release can drop the old version.
 func setupMigrations(mgr manager.Manager) error {
 	m := &storagemigration.Migrator{
-		CRDName: "storagebuckets." + phalanksv1beta1.GroupVersion.Group,
+		CRDName: storageBucketCRD,
 		Reader:  mgr.GetAPIReader(),
 		Writer:  mgr.GetClient(),
 		Log:     ctrl.Log.WithName("storage-migration"),

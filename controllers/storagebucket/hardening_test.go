@@ -2,6 +2,7 @@ package storagebucket_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
@@ -396,42 +398,54 @@ var _ = Describe("Deleting a StorageBucket whose Secret is gone", func() {
 	})
 })
 
+// The admission webhook the suite serves on the manager's webhook server: it denies
+// status writes of StorageBuckets labelled denyStatusLabel once a test registers it with
+// the API server. (A webhook rather than a ValidatingAdmissionPolicy: the suites also
+// run on Kubernetes 1.29, whose policies are a beta API that is off by default.)
+const (
+	denyStatusPath  = "/deny-storagebucket-status"
+	denyStatusLabel = "test.phalanks.io/deny-status"
+)
+
+var denyLabelledStatus = admission.HandlerFunc(func(_ context.Context, req admission.Request) admission.Response {
+	var obj metav1.PartialObjectMetadata
+	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if _, ok := obj.Labels[denyStatusLabel]; ok {
+		return admission.Denied("status writes denied by the test")
+	}
+	return admission.Allowed("")
+})
+
 var _ = Describe("An API error during a pass", func() {
 	It("is returned, so the controller retries it with backoff long before the next due time", func() {
 		ctx := context.Background()
 		ns := namespace()
 		credentials(ns, "s3-credentials", s3)
 		Expect(s3.MakeBucket(ctx, "api-error", miniogo.MakeBucketOptions{})).To(Succeed())
-		const label = "test.phalanks.io/deny-status"
-		policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		const label = denyStatusLabel
+		deny := &admissionregistrationv1.ValidatingWebhookConfiguration{
 			ObjectMeta: metav1.ObjectMeta{Name: "deny-storagebucket-status-" + ns},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-						Rule: admissionregistrationv1.Rule{APIGroups: []string{"phalanks.io"}, APIVersions: []string{"*"},
-							Resources: []string{"storagebuckets/status"}},
-					},
-				}}},
-				Validations: []admissionregistrationv1.Validation{{
-					Expression: "!has(object.metadata.labels) || !('" + label + "' in object.metadata.labels)",
-					Message:    "status writes denied by the test",
+			Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+				Name:         "deny-status.test.phalanks.io",
+				ClientConfig: env.WebhookClientConfig(denyStatusPath),
+				Rules: []admissionregistrationv1.RuleWithOperations{{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{"phalanks.io"}, APIVersions: []string{"*"},
+						Resources: []string{"storagebuckets/status"}},
 				}},
-			},
+				NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+				FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+				AdmissionReviewVersions: []string{"v1"},
+			}},
 		}
-		create(policy)
-		DeferCleanup(func() { _ = k8s.Delete(ctx, policy) })
-		binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name,
-				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
-		}
-		create(binding)
-		DeferCleanup(func() { _ = k8s.Delete(ctx, binding) })
+		create(deny)
+		DeferCleanup(func() { _ = k8s.Delete(ctx, deny) })
 
-		By("waiting until the API server enforces the policy")
-		canary := newBucket(ns, "policy-canary", "api-error", s3)
+		By("waiting until the API server calls the webhook")
+		canary := newBucket(ns, "webhook-canary", "api-error", s3)
 		canary.Labels = map[string]string{label: "true"}
 		canary.Spec.Endpoint = "https://s3.invalid"
 		canary.Spec.InsecureAllowHTTP = false
@@ -451,7 +465,7 @@ var _ = Describe("An API error during a pass", func() {
 		Consistently(func() []metav1.Condition { return get(sb).Status.Conditions }).WithTimeout(2 * time.Second).Should(BeEmpty())
 
 		By("lifting the denial: the retry writes the status within seconds, not at the next due time")
-		Expect(k8s.Delete(ctx, binding)).To(Succeed())
+		Expect(k8s.Delete(ctx, deny)).To(Succeed())
 		eventuallyReady(sb, metav1.ConditionTrue, "BucketReady", 45*time.Second)
 	})
 })

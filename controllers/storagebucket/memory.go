@@ -65,8 +65,11 @@ type bucketState struct {
 	// known to record that this StorageBucket creates its bucket.
 	createRecordedFor string
 	obs               statusInput
-	// up is the bucket's phalanks_storagebucket_up series, looked up once.
-	up prometheus.Gauge
+	// up and failing are the bucket's phalanks_storagebucket_up and
+	// phalanks_storagebucket_consecutive_failures series, looked up once.
+	// seriesEpoch is seriesDeletions when they were looked up.
+	up, failing prometheus.Gauge
+	seriesEpoch uint64
 	// check and checks are the last pass's check input and the conditions made of it:
 	// a pass that learns the same reuses them; checksVersion counts the rebuilds.
 	check         checkInput

@@ -1,6 +1,8 @@
 package storagebucket
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -26,6 +28,13 @@ var (
 	bucketUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "phalanks_storagebucket_up",
 		Help: "1 when the last probe found the bucket Ready, 0 otherwise; removed with the StorageBucket.",
+	}, []string{"storagebucket_namespace", "storagebucket"})
+
+	// consecutiveFailures lets an alert wait for a number of probes, whatever each
+	// bucket's interval: "not Ready for N intervals" is N failures in a row.
+	consecutiveFailures = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "phalanks_storagebucket_consecutive_failures",
+		Help: "Probes in a row that found the bucket not Ready (0 after a healthy one); removed with the StorageBucket.",
 	}, []string{"storagebucket_namespace", "storagebucket"})
 
 	probeLateness = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -62,12 +71,16 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(probeDuration, probeFailures, bucketUp, probeLateness, probesTotal,
+	metrics.Registry.MustRegister(probeDuration, probeFailures, bucketUp, consecutiveFailures, probeLateness, probesTotal,
 		statusWrites, scheduledBuckets, dispatchedBuckets, endpointDownMarks)
 }
 
 // The series every probe touches are looked up once, not per probe.
 var (
+	// seriesDeletions counts deletions of per-StorageBucket series: a state's bound
+	// series are looked up again after one.
+	seriesDeletions atomic.Uint64
+
 	probesByCause = func() map[probeCause]prometheus.Counter {
 		out := map[probeCause]prometheus.Counter{}
 		for _, c := range []probeCause{causeResume, causeNew, causeSpec, causeInputs, causeSchedule} {

@@ -358,6 +358,8 @@ func (r *Reconciler) forget(uid types.UID) {
 	r.refs.release(uid)
 	if key, ok := r.mem.forget(uid); ok {
 		bucketUp.DeleteLabelValues(key.Namespace, key.Name)
+		consecutiveFailures.DeleteLabelValues(key.Namespace, key.Name)
+		seriesDeletions.Add(1)
 	}
 	scheduledBuckets.Set(float64(r.sched.Len()))
 }

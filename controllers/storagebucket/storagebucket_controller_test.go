@@ -78,6 +78,23 @@ var _ = Describe("StorageBucket probing", func() {
 		Expect(events(wrong)).To(ContainElement(HavePrefix("Warning/InvalidCredentials")))
 	})
 
+	It("counts the failed probes in a row for alerts, back to zero when healthy, and drops the series with the StorageBucket", func() {
+		Expect(s3.MakeBucket(ctx, "streak-bucket", miniogo.MakeBucketOptions{})).To(Succeed())
+		sb := newBucket(ns, "streak", "streak-bucket", s3)
+		sb.Spec.CredentialsSecretRef.Name = "streak-credentials"
+		create(sb)
+		labels := map[string]string{"storagebucket_namespace": ns, "storagebucket": "streak"}
+		failures := func() float64 { return counter("phalanks_storagebucket_consecutive_failures", labels) }
+		Eventually(failures).WithTimeout(30*time.Second).Should(BeNumerically(">=", 2), "two 5s intervals without the Secret")
+		credentials(ns, "streak-credentials", s3)
+		eventuallyReady(sb, metav1.ConditionTrue, "BucketReady", 30*time.Second)
+		Eventually(failures).WithTimeout(30 * time.Second).Should(BeZero())
+		Expect(series("phalanks_storagebucket_consecutive_failures", labels)).To(Equal(1), "a healthy bucket reports 0, not nothing")
+		Expect(k8s.Delete(ctx, sb)).To(Succeed())
+		Eventually(func() int { return series("phalanks_storagebucket_consecutive_failures", labels) }).
+			WithTimeout(30 * time.Second).Should(BeZero())
+	})
+
 	It("reports a missing Secret and recovers when it appears", func() {
 		Expect(s3.MakeBucket(ctx, "later-secret", miniogo.MakeBucketOptions{})).To(Succeed())
 		sb := newBucket(ns, "later", "later-secret", s3)

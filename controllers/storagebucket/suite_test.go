@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
@@ -83,6 +84,7 @@ var _ = BeforeSuite(func() {
 
 	mgr, err := env.NewManager()
 	Expect(err).NotTo(HaveOccurred())
+	mgr.GetWebhookServer().Register(denyStatusPath, &webhook.Admission{Handler: denyLabelledStatus})
 	// MinIO and the test servers listen on 127.0.0.1, which the endpoint policy denies
 	// unless the operator's administrator allows it.
 	reconciler, err = storagebucket.SetupForTest(mgr, storagebucket.Options{Concurrency: 8,
@@ -213,6 +215,25 @@ func counter(name string, labels map[string]string) float64 {
 		}
 	}
 	return total
+}
+
+// series counts the series of a metric with the given labels.
+func series(name string, labels map[string]string) int {
+	GinkgoHelper()
+	families, err := metrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	n := 0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if hasLabels(m, labels) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func hasLabels(m *dto.Metric, want map[string]string) bool {

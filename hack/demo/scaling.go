@@ -9,9 +9,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
+	"github.com/phalanks/phalanks-operator/test/harness/samples"
 )
 
 // The scheduled-scaling sample's schedule is working hours; the demo cannot wait for
@@ -23,11 +23,9 @@ const (
 	demoDowntimeLength = 30 * time.Second
 )
 
-var deploymentKind = schema.GroupKind{Group: "apps", Kind: "Deployment"}
-
 func init() {
-	adapters[deploymentKind] = adaptScheduledSample
-	expectations[deploymentKind] = expectScheduledFlip
+	adapters[samples.DeploymentKind] = adaptScheduledSample
+	expectations[samples.DeploymentKind] = expectScheduledFlip
 }
 
 // scheduledSamples remembers, per sample, its window and whether it was seen down.
@@ -44,8 +42,8 @@ func scheduled(obj *unstructured.Unstructured) bool {
 	return up || down
 }
 
-func adaptScheduledSample(_ context.Context, e *env, obj *unstructured.Unstructured) error {
-	if err := setContainerImages(obj, e.image); err != nil {
+func adaptScheduledSample(_ context.Context, e samples.Env, obj *unstructured.Unstructured) error {
+	if err := samples.SetContainerImages(obj, e.Image); err != nil {
 		return err
 	}
 	if !scheduled(obj) {
@@ -63,7 +61,7 @@ func adaptScheduledSample(_ context.Context, e *env, obj *unstructured.Unstructu
 	return nil
 }
 
-func expectScheduledFlip(ctx context.Context, e *env, obj *unstructured.Unstructured) (bool, string, error) {
+func expectScheduledFlip(ctx context.Context, e samples.Env, obj *unstructured.Unstructured) (bool, string, error) {
 	if !scheduled(obj) {
 		return true, "exists", nil
 	}
@@ -75,7 +73,7 @@ func expectScheduledFlip(ctx context.Context, e *env, obj *unstructured.Unstruct
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, dep); err != nil {
 		return false, "", err
 	}
-	pods, ready, err := e.podCounts(ctx, dep.Namespace, dep.Spec.Selector)
+	pods, ready, err := samples.PodCounts(ctx, e.Client, dep.Namespace, dep.Spec.Selector)
 	if err != nil {
 		return false, "", err
 	}

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/phalanks/phalanks-operator/test/harness/samples"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
@@ -58,23 +58,11 @@ func (e *env) watch(ctx context.Context, samples []*unstructured.Unstructured, o
 }
 
 // evaluate checks every sample against the expectation of its kind.
-func (e *env) evaluate(ctx context.Context, samples []*unstructured.Unstructured) (pending []string, report string) {
+func (e *env) evaluate(ctx context.Context, applied []*unstructured.Unstructured) (pending []string, report string) {
 	var b strings.Builder
 	b.WriteString("expected states:\n")
-	for _, s := range samples {
-		live := &unstructured.Unstructured{}
-		live.SetGroupVersionKind(s.GroupVersionKind())
-		done, state := false, ""
-		if err := e.client.Get(ctx, client.ObjectKeyFromObject(s), live); err != nil {
-			state = err.Error()
-		} else if check := expectations[s.GroupVersionKind().GroupKind()]; check != nil {
-			var err error
-			if done, state, err = check(ctx, e, live); err != nil {
-				state = err.Error()
-			}
-		} else {
-			done, state = true, "exists"
-		}
+	for _, s := range applied {
+		done, state := samples.Check(ctx, e.samplesEnv(), expectations, s)
 		mark := "…"
 		if done {
 			mark = "✓"

@@ -32,6 +32,9 @@ declare -A packages=(
 	[node]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
 	[containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
 	[sdk]="github.com/operator-framework/operator-sdk/cmd/operator-sdk github.com/operator-framework/operator-sdk/images/scorecard-test"
+	[prometheus]="github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool"
+	[prometheus-operator]="github.com/prometheus-operator/prometheus-operator/cmd/operator=prometheus-operator github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader"
+	[olmv1]="github.com/operator-framework/operator-controller/cmd/catalogd github.com/operator-framework/operator-controller/cmd/operator-controller github.com/phalanks/phalanks-operator/hack/tools/olmv1/certmanager=cert-manager"
 	[cni]="github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap"
 )
 # The module (hack/tools/<module>) a set is built from, when it is not the set's name:
@@ -46,13 +49,23 @@ declare -A modules=(
 # Built by `make tools`; every make target builds the sets it needs itself (see the
 # TOOLS_* variables in the Makefile).
 order=(gen lint kube kubectl kwok minio)
-optional=(sdk olm opm peers node containerd cni krew)
+optional=(sdk olm opm peers node containerd cni krew prometheus prometheus-operator olmv1)
+
+# Every other Kubernetes version the suites run on (docs/kubernetes-versions.md) is a
+# set kube-<minor> built from hack/tools/kube-<minor>, which hack/tools/kube-version.sh
+# writes: its control plane only, since the real node runs at the default version.
+for dir in "$tools"/kube-*/; do
+	[[ -f $dir/go.mod ]] || continue
+	set=$(basename "$dir")
+	packages[$set]="${packages[kube]}"
+	optional+=("$set")
+done
 
 # Roughly how long a first build of each set takes on two cores with an empty Go build
 # cache (measured on this project's CI machines), for the plan printed before building.
 declare -A estimate=(
 	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [opm]=3 [peers]=1
-	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1
+	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1 [prometheus]=5 [prometheus-operator]=3 [olmv1]=5
 )
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
@@ -62,6 +75,7 @@ declare -A tags=(
 	[opm]="json1,containers_image_openpgp"
 	[sdk]="containers_image_openpgp"
 	[containerd]="no_btrfs,no_devmapper,no_zfs"
+	[olmv1]="containers_image_openpgp"
 )
 declare -A cgo=(
 	[opm]=1
@@ -69,11 +83,28 @@ declare -A cgo=(
 
 module_of() { echo "${modules[$1]:-$1}"; }
 
+estimate_of() {
+	case $1 in
+	kube-*) echo "${estimate[kube]}" ;;
+	*) echo "${estimate[$1]:-1}" ;;
+	esac
+}
+
+# A control plane of another Kubernetes version than the default's (kube-<minor>) is
+# linked into bin/<set>/ rather than bin/, beside the default one; the harnesses run it
+# when PHALANKS_KUBE_TOOLS names the set (test/harness/tools).
+link_dir_of() {
+	case $1 in
+	kube-*) echo "$bin/$1" ;;
+	*) echo "$bin" ;;
+	esac
+}
+
 # Kubernetes binaries report the version stamped into them; unstamped they claim v0.0.0,
 # which OLM and minKubeVersion checks reject.
 kube_ldflags() {
-	local version minor flags="" pkg
-	version=$(cd "$tools/kube" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
+	local module=$1 version minor flags="" pkg
+	version=$(cd "$tools/$module" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 	minor=${version#v1.}
 	minor=${minor%%.*}
 	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -93,20 +124,59 @@ sdk_ldflags() {
 		"-X $pkg.KubernetesVersion=$(cd "$tools/sdk" && go list -m -f '{{.Version}}' k8s.io/api | sed s/^v0/v1/)"
 }
 
+# Prometheus and the Prometheus Operator report the version stamped into
+# prometheus/common/version (prometheus_build_info, --version). Prometheus's Go module
+# versions v0.3XX.Y are its releases v3.XX.Y.
+prometheus_version() {
+	local v
+	v=$(cd "$tools/prometheus" && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)
+	v=${v#v0.}
+	echo "${v:0:1}.${v:1}"
+}
+
+# operator-controller and catalogd report the version stamped into them (upstream's
+# Makefile does the same); cert-manager's library reports its own in its user agent.
+olmv1_ldflags() {
+	local oc cm
+	oc=$(cd "$tools/olmv1" && go list -m -f '{{.Version}}' github.com/operator-framework/operator-controller)
+	cm=$(cd "$tools/olmv1" && go list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)
+	echo "-s -w -X github.com/operator-framework/operator-controller/internal/shared/version.version=$oc -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$cm"
+}
+
 ldflags_for() {
-	case $(module_of "$1") in
-	kube) echo "-s -w $(kube_ldflags)" ;;
+	local module
+	module=$(module_of "$1")
+	case $module in
+	kube | kube-*) echo "-s -w $(kube_ldflags "$module")" ;;
+	prometheus) echo "-s -w -X github.com/prometheus/common/version.Version=$(prometheus_version)" ;;
+	prometheus-operator) echo "-s -w -X github.com/prometheus/common/version.Version=$(cd "$tools/prometheus-operator" && go list -m -f '{{.Version}}' github.com/prometheus-operator/prometheus-operator | sed 's/^v//')" ;;
 	sdk) echo "-s -w $(sdk_ldflags)" ;;
 	containerd) echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$(cd "$tools/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)" ;;
+	olmv1) olmv1_ldflags ;;
 	*) echo "-s -w" ;;
 	esac
 }
 
+# local_sources lists the Go sources a set builds from its own module directory: a
+# command written here, or a module the set's go.mod replaces with a directory of it.
+# Other sets build only downloaded code, and their cache keys stay as they were.
+local_sources() {
+	local mod
+	mod=$(module_of "$1")
+	if [[ ${packages[$1]} == *"/hack/tools/$mod/"* ]] || grep -q '=> \./' "$tools/$mod/go.mod"; then
+		find "$tools/$mod" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) ! -name '*_test.go' | LC_ALL=C sort
+	fi
+}
+
 key_for() {
-	local set=$1 mod
+	local set=$1 mod f
 	mod=$(module_of "$set")
 	{
 		cat "$tools/$mod/go.mod" "$tools/$mod/go.sum"
+		for f in $(local_sources "$set"); do
+			echo "${f#"$tools/"}"
+			cat "$f"
+		done
 		echo "${packages[$set]}"
 		ldflags_for "$set"
 		# Only sets with tags or cgo add a line, so the other sets keep their cache keys.
@@ -129,10 +199,10 @@ binaries_of() {
 }
 
 link() {
-	local dir=$1 f
-	mkdir -p "$bin"
+	local dir=$1 to=$2 f
+	mkdir -p "$to"
 	for f in "$dir"/*; do
-		ln -sfn "$f" "$bin/$(basename "$f")"
+		ln -sfn "$f" "$to/$(basename "$f")"
 	done
 }
 
@@ -152,8 +222,8 @@ plan() {
 	echo "tools: building ${#missing[@]} tool set(s) from the Go module proxy into $cache"
 	echo "tools: (first use on this machine; later runs and other clones reuse them at once)"
 	for set in "${missing[@]}"; do
-		printf 'tools:   %-8s about %2d min on 2 cores  %s\n' "$set" "${estimate[$set]:-1}" "$(binaries_of "$set")"
-		total=$((total + ${estimate[$set]:-1}))
+		printf 'tools:   %-9s about %2d min on 2 cores  %s\n' "$set" "$(estimate_of "$set")" "$(binaries_of "$set")"
+		total=$((total + $(estimate_of "$set")))
 	done
 	echo "tools: about $total min in all; each set is cached as soon as it is built"
 }
@@ -181,7 +251,7 @@ build_set() {
 	local set=$1 n=$2 of=$3 dir spec pkg name start log
 	dir=$(dir_for "$set")
 	if [[ -f $dir/.complete ]]; then
-		link "$dir"
+		link "$dir" "$(link_dir_of "$set")"
 		return
 	fi
 	start=$SECONDS
@@ -207,7 +277,7 @@ build_set() {
 	mv "$dir.tmp" "$dir"
 	rm -f "$log"
 	echo "tools: [$n/$of] $set built in $(duration $((SECONDS - start)))"
-	link "$dir"
+	link "$dir" "$(link_dir_of "$set")"
 }
 
 case ${1:-} in

@@ -32,8 +32,7 @@ func startAPIServer(t *testing.T, gate bool) *envtest.Env {
 	if err := phalanksv1beta1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	env, err := envtest.Start(envtest.Options{Scheme: scheme,
-		APIServerArgs: map[string][]string{"feature-gates": {fmt.Sprintf("ShardedListAndWatch=%t", gate)}}})
+	env, err := envtest.Start(envtest.Options{Scheme: scheme, FeatureGates: map[string]bool{shardedListAndWatch: gate}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,11 +40,32 @@ func startAPIServer(t *testing.T, gate bool) *envtest.Env {
 	return env
 }
 
+// The feature gate of KEP-5866 (alpha in Kubernetes 1.36).
+const shardedListAndWatch = "ShardedListAndWatch"
+
+// skipWithoutShardedListAndWatch skips a case that turns the gate on where the API
+// server has no such gate: the case with the gate off covers such servers (the gate is
+// then left out, and the server has no shard selectors at all).
+func skipWithoutShardedListAndWatch(t *testing.T) {
+	t.Helper()
+	known, err := envtest.KnowsFeatureGate(shardedListAndWatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !known {
+		t.Skipf("this Kubernetes version has no %s gate; ShardedListAndWatch=false tests the replicas' fallback on it", shardedListAndWatch)
+	}
+}
+
 // Both paths of the fallback: an API server with the ShardedListAndWatch gate serves
-// each replica its share; one without it is detected, and the replica filters.
+// each replica its share; one without it, or an older one that has no such gate, is
+// detected, and the replica filters.
 func TestServerSideShardingIsDetectedAndListsOnlyTheOwnedSlots(t *testing.T) {
 	for _, gate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ShardedListAndWatch=%t", gate), func(t *testing.T) {
+			if gate {
+				skipWithoutShardedListAndWatch(t)
+			}
 			env := startAPIServer(t, gate)
 			ctx := t.Context()
 			mc := metadata.NewForConfigOrDie(env.Config)
@@ -121,6 +141,7 @@ func awaitHolding(t *testing.T, inf cache.SharedIndexInformer, uids []types.UID,
 // unseen: the watch continues the list's slots, ends at once because they changed,
 // and the informer lists the new ones.
 func TestAChangeBetweenListAndWatchIsNotMissed(t *testing.T) {
+	skipWithoutShardedListAndWatch(t) // without the gate the informer lists everything and filters
 	env := startAPIServer(t, true)
 	ctx := t.Context()
 	mc := metadata.NewForConfigOrDie(env.Config)

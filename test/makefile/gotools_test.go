@@ -162,6 +162,10 @@ type fileScan struct {
 func (s *toolScan) packages(pkgs []listedPackage) (uses []toolUse, problems []string, err error) {
 	byDir := map[string]map[string]bool{}
 	for _, p := range pkgs {
+		// The lookup's own tests call it with made-up names on a made-up directory.
+		if isToolsPackage(p.ImportPath) {
+			continue
+		}
 		if byDir[p.Dir] == nil {
 			byDir[p.Dir] = map[string]bool{}
 		}
@@ -193,6 +197,13 @@ func (s *toolScan) packages(pkgs []listedPackage) (uses []toolUse, problems []st
 		problems = append(problems, fs.problems...)
 	}
 	return uses, problems, nil
+}
+
+// isToolsPackage reports whether a listed package (plain, or a test variant such as
+// "…/tools_test […/tools.test]") is the tools package or its external test package.
+func isToolsPackage(importPath string) bool {
+	path, _, _ := strings.Cut(importPath, " ")
+	return path == toolsPkg || path == toolsPkg+"_test"
 }
 
 // scanPackageFiles scans the files of one package together: a forwarding function and

@@ -42,8 +42,13 @@ func newChecker(t *testing.T) *checker {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A Kubernetes binary's set is the default one (kube, kubectl, node); the versioned
+	// control planes (kube-<minor>) provide the same names for runs that select them.
 	owner := map[string]string{}
 	for set, bins := range sets {
+		if isVersionedKube(set) {
+			continue
+		}
 		for _, b := range bins {
 			owner[b] = set
 		}
@@ -60,9 +65,21 @@ func (c *checker) check(target string) ([]string, error) {
 		return nil, err
 	}
 	provided := map[string]bool{}
+	built := map[string]bool{}            // tool sets a prerequisite built
 	compiled := map[string]goInvocation{} // test binaries built by go test -c
 	var problems []string
-	need := func(tool, what string) {
+	// kubeSet is the versioned kube set (tools.EnvKubeTools) a command selects, if any:
+	// its Kubernetes binaries come from that set only. One it does not provide (a
+	// kubelet: the real node runs at the default version only) cannot be built for such
+	// a run; tools.Path fails on it with that explanation, should a suite reach it.
+	need := func(tool, what, kubeSet string) {
+		if kubeSet != "" && tools.IsKubeBinary(tool) {
+			if contains(c.sets[kubeSet], tool) && !built[kubeSet] {
+				problems = append(problems, fmt.Sprintf("%s uses %s of %s=%s before any prerequisite builds it (add set %q to TOOLS_%s)",
+					what, tool, tools.EnvKubeTools, kubeSet, kubeSet, target))
+			}
+			return
+		}
 		if provided[tool] {
 			return
 		}
@@ -72,7 +89,7 @@ func (c *checker) check(target string) ([]string, error) {
 		}
 		problems = append(problems, fmt.Sprintf("%s uses %s before any prerequisite builds it (%s)", what, tool, hint))
 	}
-	needProgram := func(inv goInvocation, test bool, what string) error {
+	needProgram := func(inv goInvocation, test bool, what, kubeSet string) error {
 		pkgs, err := c.lister.deps(inv, test)
 		if err != nil {
 			return err
@@ -83,7 +100,7 @@ func (c *checker) check(target string) ([]string, error) {
 		}
 		problems = append(problems, bad...)
 		for _, u := range uses {
-			need(u.tool, fmt.Sprintf("%s (tools.Path at %s)", what, c.rel(u.at)))
+			need(u.tool, fmt.Sprintf("%s (tools.Path at %s)", what, c.rel(u.at)), kubeSet)
 		}
 		return nil
 	}
@@ -93,10 +110,14 @@ func (c *checker) check(target string) ([]string, error) {
 			if len(words) == 0 {
 				continue
 			}
+			kubeSet := assigned(cmd, tools.EnvKubeTools)
+			if kubeSet == "kube" {
+				kubeSet = "" // the default set, by its name
+			}
 			name := words[0]
 			switch {
 			case strings.HasSuffix(name, "hack/tools/build.sh"):
-				c.provide(provided, words[1:])
+				c.provide(provided, built, words[1:])
 			case name == "go":
 				inv, ok := parseGo(words)
 				if !ok {
@@ -112,9 +133,9 @@ func (c *checker) check(target string) ([]string, error) {
 						}
 					}
 				case inv.verb == "run":
-					err = needProgram(inv, false, what)
+					err = needProgram(inv, false, what, kubeSet)
 				default:
-					err = needProgram(inv, true, what)
+					err = needProgram(inv, true, what, kubeSet)
 				}
 				if err != nil {
 					return nil, err
@@ -127,9 +148,9 @@ func (c *checker) check(target string) ([]string, error) {
 				if bin == "" {
 					continue
 				}
-				need(bin, "the recipe line `"+line+"`")
+				need(bin, "the recipe line `"+line+"`", "")
 				if inv, ok := compiled[bin]; ok {
-					if err := needProgram(inv, true, "bin/"+bin); err != nil {
+					if err := needProgram(inv, true, "bin/"+bin, kubeSet); err != nil {
 						return nil, err
 					}
 				}
@@ -147,7 +168,7 @@ func outputPath(root string, inv goInvocation) string {
 	return filepath.Join(root, inv.dir, inv.output)
 }
 
-func (c *checker) provide(provided map[string]bool, args []string) {
+func (c *checker) provide(provided, built map[string]bool, args []string) {
 	sets := args
 	for _, a := range args {
 		if strings.HasPrefix(a, "-") {
@@ -158,10 +179,31 @@ func (c *checker) provide(provided map[string]bool, args []string) {
 		sets = c.defaults
 	}
 	for _, s := range sets {
+		built[s] = true
+		if isVersionedKube(s) {
+			continue // linked into bin/<set>/, used only where a command selects it
+		}
 		for _, b := range c.sets[s] {
 			provided[b] = true
 		}
 	}
+}
+
+// isVersionedKube reports whether a tool set is the control plane of another Kubernetes
+// version than the default's (kube-<minor>).
+func isVersionedKube(set string) bool { return strings.HasPrefix(set, "kube-") }
+
+// assigned returns the value a command's leading VAR=value words give name, or "".
+func assigned(words []string, name string) string {
+	for _, w := range words {
+		if !isAssignment(w) {
+			break
+		}
+		if v, ok := strings.CutPrefix(w, name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 func (c *checker) rel(at string) string {
@@ -254,6 +296,38 @@ func TestCatchesATargetMissingAToolSet(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("demo without the gen set: want a problem naming kustomize and the gen set, got %q", problems)
+	}
+}
+
+// A suite run on another Kubernetes version needs that version's set: the default
+// set's kube-apiserver does not stand in for it.
+func TestCatchesAVersionRunMissingItsToolSet(t *testing.T) {
+	c := newChecker(t)
+	data, err := os.ReadFile(filepath.Join(c.root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^(TOOLS_test := .*) \$\(KUBE_OLDEST\)$`)
+	if !re.Match(data) {
+		t.Fatal("the Makefile has no TOOLS_test line ending in $(KUBE_OLDEST) to break")
+	}
+	broken := re.ReplaceAll(data, []byte("$1"))
+	c.makefile = filepath.Join(t.TempDir(), "Makefile")
+	if err := os.WriteFile(c.makefile, broken, 0o600); err != nil { //nolint:gosec // G703: a file in the test's temporary directory
+		t.Fatal(err)
+	}
+	problems, err := c.check("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range problems {
+		if strings.Contains(p, "uses kube-apiserver of PHALANKS_KUBE_TOOLS=kube-") && strings.Contains(p, "to TOOLS_test)") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("test without the oldest version's set: want a problem naming its kube-apiserver, got %q", problems)
 	}
 }
 

@@ -9,12 +9,12 @@ import (
 	"strings"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/phalanks/phalanks-operator/internal/certrotation"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
@@ -93,19 +93,25 @@ func TestServiceMonitorVerifiesTLSAndAuthorizes(t *testing.T) {
 		t.Errorf("scheme %q, want https", s)
 	}
 
-	// TLS: the CA and server name meet the certificate the manager serves.
-	cert := find(objs, "Certificate", "phalanks-metrics-cert")
-	if cert == nil {
-		t.Fatal("no metrics Certificate")
+	// TLS: the CA and server name meet the certificate the manager serves: the one the
+	// rotator issues into its Secret, for the names it gives the metrics Service.
+	manager, _ := managerOf(t, objs)
+	if v := rotationArg(manager); v != "true" {
+		t.Fatalf("config/prometheus sets %s=%q: nothing issues the metrics endpoint's certificate", rotationFlag, v)
 	}
-	secretName := str(t, cert, "spec", "secretName")
+	secretName := certrotation.DefaultSecretName
+	if find(objs, "Secret", secretName) == nil {
+		t.Fatalf("config/prometheus has no Secret %s", secretName)
+	}
 	if got := str(t, ep, "tlsConfig", "ca", "secret", "name"); got != secretName || str(t, ep, "tlsConfig", "ca", "secret", "key") != "ca.crt" {
-		t.Errorf("the ServiceMonitor trusts %s, want ca.crt of %s, the metrics certificate's Secret", got, secretName)
+		t.Errorf("the ServiceMonitor trusts %s, want ca.crt of %s, the rotator's Secret", got, secretName)
 	}
 	serverName := str(t, ep, "tlsConfig", "serverName")
-	dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
-	if !slices.Contains(dnsNames, serverName) {
-		t.Errorf("serverName %q is not among the certificate's names %v", serverName, dnsNames)
+	rotation := certrotation.New(t.Context(), certrotation.Options{
+		WebhookService: certrotation.DefaultWebhookService, MetricsService: certrotation.DefaultMetricsService,
+	}, webhookCertDir)
+	if names := rotation.DNSNames(sm.GetNamespace()); !slices.Contains(names, serverName) {
+		t.Errorf("serverName %q is not among the certificate's names %v", serverName, names)
 	}
 	svc := find(objs, "Service", "phalanks-controller-manager-metrics-service")
 	if svc == nil || serverName != svc.GetName()+"."+svc.GetNamespace()+".svc" {
@@ -117,24 +123,10 @@ func TestServiceMonitorVerifiesTLSAndAuthorizes(t *testing.T) {
 			t.Errorf("the ServiceMonitor selects %s=%s, which the metrics Service lacks", k, v)
 		}
 	}
-	dep := convert[appsv1.Deployment](t, find(objs, "Deployment", "phalanks-controller-manager"))
-	manager := dep.Spec.Template.Spec.Containers[0]
-	certDir := ""
 	for _, a := range manager.Args {
-		if d, ok := strings.CutPrefix(a, "--metrics-cert-dir="); ok {
-			certDir = d
+		if strings.HasPrefix(a, "--metrics-cert-dir") {
+			t.Errorf("the manager sets %s: with the rotation on, the metrics endpoint serves the rotated certificate", a)
 		}
-	}
-	mounted := false
-	for _, m := range manager.VolumeMounts {
-		for _, v := range dep.Spec.Template.Spec.Volumes {
-			if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == secretName && m.MountPath == certDir {
-				mounted = true
-			}
-		}
-	}
-	if certDir == "" || !mounted {
-		t.Errorf("the manager does not serve the metrics certificate (--metrics-cert-dir %q, mounted %v)", certDir, mounted)
 	}
 
 	// Authorization: the token belongs to a service account that may GET /metrics.

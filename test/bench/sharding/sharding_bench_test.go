@@ -70,7 +70,12 @@ func BenchmarkSharding(b *testing.B) {
 			}
 		}
 		modes := strings.Split(envString("PHALANKS_BENCH_SHARDING_MODES", "server,client"), ",")
-		bin := buildManager(b)
+		// PHALANKS_BENCH_MANAGER_BIN measures a manager built elsewhere (an older
+		// commit, for a before/after comparison in one session).
+		bin := os.Getenv("PHALANKS_BENCH_MANAGER_BIN")
+		if bin == "" {
+			bin = buildManager(b)
+		}
 		var rows []row
 		for _, mode := range modes {
 			rows = append(rows, runMode(b, bin, mode == "server", buckets, latency, replicas)...)

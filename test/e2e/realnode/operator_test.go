@@ -36,119 +36,140 @@ const (
 	livenessPeriod = 20 * time.Second
 )
 
-var _ = Describe("the operator as users deploy it from config/default", Ordered, func() {
-	const userNamespace = "team-storage"
+func operatorSpecs() bool {
+	return Describe("the operator as users deploy it from config/default", Ordered, func() {
+		const userNamespace = "team-storage"
 
-	BeforeAll(func() {
-		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: userNamespace}})).To(Succeed())
-	})
+		BeforeAll(func() {
+			Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: userNamespace}})).To(Succeed())
+		})
 
-	It("runs its image in a namespace where restricted Pod Security is enforced, its probes passing", func() {
-		ns := &corev1.Namespace{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Name: operatorNamespace}, ns)).To(Succeed())
-		Expect(ns.Labels).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"))
+		It("runs its image in a namespace where restricted Pod Security is enforced, its probes passing", func() {
+			ns := &corev1.Namespace{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Name: operatorNamespace}, ns)).To(Succeed())
+			Expect(ns.Labels).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"))
 
-		pods := operatorPods()
-		Expect(pods).To(HaveLen(2), "config/manager runs two replicas")
-		for _, pod := range pods {
-			Expect(pod.Spec.Containers[0].Image).To(HavePrefix("quay.io/phalanks/phalanks-operator:"), "the image config/manager names, pulled through the node's mirror")
-		}
-		By("staying Ready without a restart until the liveness probe has run")
-		Eventually(func(g Gomega) {
-			alive()
+			pods := operatorPods()
+			Expect(pods).To(HaveLen(2), "config/manager runs two replicas")
+			for _, pod := range pods {
+				Expect(pod.Spec.Containers[0].Image).To(Equal(operatorImage), "the image make deploy was given")
+			}
+			By("staying Ready without a restart until the liveness probe has run")
+			Eventually(func(g Gomega) {
+				alive()
+				for _, pod := range pods {
+					p := &corev1.Pod{}
+					g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(&pod), p)).To(Succeed())
+					g.Expect(p.Status.ContainerStatuses).To(HaveLen(1))
+					s := p.Status.ContainerStatuses[0]
+					g.Expect(s.RestartCount).To(BeZero(), "the manager restarted: %+v", s.LastTerminationState)
+					g.Expect(s.Ready).To(BeTrue())
+					g.Expect(s.State.Running).NotTo(BeNil())
+					g.Expect(time.Since(s.State.Running.StartedAt.Time)).To(BeNumerically(">", livenessDelay+livenessPeriod),
+						"running long enough for the liveness probe to have run")
+				}
+			}).WithTimeout(podTimeout).WithPolling(time.Second).Should(Succeed())
+			By("failing no liveness probe, and readiness probes only while waiting for the certificate, before turning Ready")
+			readySince := map[string]time.Time{}
 			for _, pod := range pods {
 				p := &corev1.Pod{}
-				g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(&pod), p)).To(Succeed())
-				g.Expect(p.Status.ContainerStatuses).To(HaveLen(1))
-				s := p.Status.ContainerStatuses[0]
-				g.Expect(s.RestartCount).To(BeZero(), "the manager restarted: %+v", s.LastTerminationState)
-				g.Expect(s.Ready).To(BeTrue())
-				g.Expect(s.State.Running).NotTo(BeNil())
-				g.Expect(time.Since(s.State.Running.StartedAt.Time)).To(BeNumerically(">", livenessDelay+livenessPeriod),
-					"running long enough for the liveness probe to have run")
+				Expect(k8s.Get(ctx, client.ObjectKeyFromObject(&pod), p)).To(Succeed())
+				for _, c := range p.Status.Conditions {
+					if c.Type == corev1.PodReady {
+						readySince[p.Name] = c.LastTransitionTime.Time
+					}
+				}
 			}
-		}).WithTimeout(podTimeout).WithPolling(time.Second).Should(Succeed())
-		events := &corev1.EventList{}
-		Expect(k8s.List(ctx, events, client.InNamespace(operatorNamespace))).To(Succeed())
-		for _, e := range events.Items {
-			Expect(e.Reason).NotTo(Equal("Unhealthy"), "probe failed: %s", e.Message)
-		}
-	})
-
-	It("serves metrics over HTTPS through its Service to an authorized ServiceAccount token only", func() {
-		svc := &corev1.Service{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: metricsService}, svc)).To(Succeed())
-		url := fmt.Sprintf("https://%s:%d/metrics", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port)
-
-		allowed := serviceAccountToken(userNamespace, "prometheus", metricsReader)
-		denied := serviceAccountToken(userNamespace, "nosy", "")
-		// config/default serves metrics on a self-signed certificate (no cert-manager
-		// Certificate for them), which a scraper accepts as it is; what is checked here
-		// is who may read them.
-		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-			TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec // G402: see above
-		}}
-		Eventually(func(g Gomega) {
-			status, body := get(g, hc, url, allowed)
-			g.Expect(status).To(Equal(http.StatusOK), body)
-			g.Expect(body).To(ContainSubstring("controller_runtime_reconcile_total"))
-		}).WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
-		status, body := get(Default, hc, url, denied)
-		Expect(status).To(Equal(http.StatusForbidden), body)
-		status, body = get(Default, hc, url, "")
-		Expect(status).To(Equal(http.StatusUnauthorized), body)
-	})
-
-	It("converts StorageBuckets through its webhook Service and reconciles them against MinIO to Ready", func() {
-		Expect(k8s.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: "minio-credentials", Namespace: userNamespace,
-				// The operator reads only Secrets labelled for it.
-				Labels: map[string]string{phalanksv1beta1.LabelSecretAllowed: "true"}},
-			StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": s3.SecretKey},
-		})).To(Succeed())
-		Expect(s3.MakeBucket(ctx, "observed", miniogo.MakeBucketOptions{})).To(Succeed())
-
-		alpha := &phalanksv1alpha1.StorageBucket{
-			ObjectMeta: metav1.ObjectMeta{Name: "observed", Namespace: userNamespace},
-			Spec: phalanksv1alpha1.StorageBucketSpec{
-				BucketName: "observed", Endpoint: s3.Endpoint, Insecure: true, Region: s3.Region,
-				SecretName: "minio-credentials", IntervalSeconds: 10,
-			},
-		}
-		By("creating it as v1alpha1 and reading it as v1beta1: kube-apiserver calls the webhook Service")
-		Eventually(func() error { return k8s.Create(ctx, alpha) }).WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
-		beta := &phalanksv1beta1.StorageBucket{}
-		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(alpha), beta)).To(Succeed())
-		Expect(beta.Spec.Endpoint).To(Equal("http://" + s3.Endpoint))
-		Expect(beta.Spec.CredentialsSecretRef).To(HaveField("Name", "minio-credentials"))
-
-		By("going Ready against the MinIO the pod reaches at the node's address")
-		Eventually(func(g Gomega) {
-			sb := &phalanksv1beta1.StorageBucket{}
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(alpha), sb)).To(Succeed())
-			ready := findCondition(sb.Status.Conditions, phalanksv1beta1.ConditionReady)
-			g.Expect(ready).NotTo(BeNil(), "status %+v", sb.Status)
-			g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "%s: %s", ready.Reason, ready.Message)
-		}).WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
-	})
-
-	It("logs structured JSON lines, none of them with a secret value (kubectl logs through the kubelet)", func() {
-		logs := kubectl("logs", "--namespace", operatorNamespace, "deployment/"+operatorDeployment)
-		Expect(logs).To(MatchRegexp(`"msg":"Starting workers".*"controller":"storagebucket"`), "the manager logged its StorageBucket controller starting")
-		lines := 0
-		for line := range strings.Lines(logs) {
-			if strings.TrimSpace(line) == "" {
-				continue
+			events := &corev1.EventList{}
+			Expect(k8s.List(ctx, events, client.InNamespace(operatorNamespace))).To(Succeed())
+			for _, e := range events.Items {
+				if e.Reason != "Unhealthy" {
+					continue
+				}
+				Expect(e.Message).To(HavePrefix("Readiness probe failed"), "pod %s: %s", e.InvolvedObject.Name, e.Message)
+				if since, ok := readySince[e.InvolvedObject.Name]; ok {
+					Expect(e.LastTimestamp.Time).NotTo(BeTemporally(">", since), "pod %s unready after it was Ready: %s", e.InvolvedObject.Name, e.Message)
+				}
 			}
-			lines++
-			var entry map[string]any
-			Expect(json.Unmarshal([]byte(line), &entry)).To(Succeed(), "not a JSON log line: %s", line)
-			Expect(entry).To(HaveKey("msg"))
-		}
-		Expect(lines).To(BeNumerically(">", 5))
-		Expect(logs).NotTo(ContainSubstring(s3.SecretKey), "the secret key appears in the manager's log")
+		})
+
+		It("serves metrics over HTTPS through its Service to an authorized ServiceAccount token only", func() {
+			svc := &corev1.Service{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: metricsService}, svc)).To(Succeed())
+			url := fmt.Sprintf("https://%s:%d/metrics", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port)
+
+			allowed := serviceAccountToken(userNamespace, "prometheus", metricsReader)
+			denied := serviceAccountToken(userNamespace, "nosy", "")
+			// The metrics endpoint serves the certificate the operator keeps, for the metrics
+			// Service's name: verified as a scraper verifies it.
+			hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+				TLSClientConfig: &tls.Config{RootCAs: certPool(certSecret().Data["ca.crt"]), ServerName: metricsServerName, MinVersion: tls.VersionTLS12},
+			}}
+			Eventually(func(g Gomega) {
+				status, body := get(g, hc, url, allowed)
+				g.Expect(status).To(Equal(http.StatusOK), body)
+				g.Expect(body).To(ContainSubstring("controller_runtime_reconcile_total"))
+			}).WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
+			status, body := get(Default, hc, url, denied)
+			Expect(status).To(Equal(http.StatusForbidden), body)
+			status, body = get(Default, hc, url, "")
+			Expect(status).To(Equal(http.StatusUnauthorized), body)
+		})
+
+		It("converts StorageBuckets through its webhook Service and reconciles them against MinIO to Ready", func() {
+			Expect(k8s.Create(ctx, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: "minio-credentials", Namespace: userNamespace,
+					// The operator reads only Secrets labelled for it.
+					Labels: map[string]string{phalanksv1beta1.LabelSecretAllowed: "true"}},
+				StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": s3.SecretKey},
+			})).To(Succeed())
+			Expect(s3.MakeBucket(ctx, "observed", miniogo.MakeBucketOptions{})).To(Succeed())
+
+			alpha := &phalanksv1alpha1.StorageBucket{
+				ObjectMeta: metav1.ObjectMeta{Name: "observed", Namespace: userNamespace},
+				Spec: phalanksv1alpha1.StorageBucketSpec{
+					BucketName: "observed", Endpoint: s3.Endpoint, Insecure: true, Region: s3.Region,
+					SecretName: "minio-credentials", IntervalSeconds: 10,
+				},
+			}
+			By("creating it as v1alpha1 and reading it as v1beta1 and back as v1alpha1: kube-apiserver calls the webhook Service")
+			Expect(k8s.Create(ctx, alpha)).To(Succeed())
+			beta := &phalanksv1beta1.StorageBucket{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(alpha), beta)).To(Succeed())
+			Expect(beta.Spec.Endpoint).To(Equal("http://" + s3.Endpoint))
+			Expect(beta.Spec.CredentialsSecretRef).To(HaveField("Name", "minio-credentials"))
+			back := &phalanksv1alpha1.StorageBucket{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(alpha), back)).To(Succeed())
+			Expect(back.Spec).To(Equal(alpha.Spec), "v1alpha1 → v1beta1 (stored) → v1alpha1")
+
+			By("going Ready against the MinIO the pod reaches at the node's address")
+			Eventually(func(g Gomega) {
+				sb := &phalanksv1beta1.StorageBucket{}
+				g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(alpha), sb)).To(Succeed())
+				ready := findCondition(sb.Status.Conditions, phalanksv1beta1.ConditionReady)
+				g.Expect(ready).NotTo(BeNil(), "status %+v", sb.Status)
+				g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "%s: %s", ready.Reason, ready.Message)
+			}).WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
+		})
+
+		It("logs structured JSON lines, none of them with a secret value (kubectl logs through the kubelet)", func() {
+			logs := kubectl("logs", "--namespace", operatorNamespace, "deployment/"+operatorDeployment)
+			Expect(logs).To(MatchRegexp(`"msg":"Starting workers".*"controller":"storagebucket"`), "the manager logged its StorageBucket controller starting")
+			lines := 0
+			for line := range strings.Lines(logs) {
+				if strings.TrimSpace(line) == "" {
+					continue
+				}
+				lines++
+				var entry map[string]any
+				Expect(json.Unmarshal([]byte(line), &entry)).To(Succeed(), "not a JSON log line: %s", line)
+				Expect(entry).To(HaveKey("msg"))
+			}
+			Expect(lines).To(BeNumerically(">", 5))
+			Expect(logs).NotTo(ContainSubstring(s3.SecretKey), "the secret key appears in the manager's log")
+		})
 	})
-})
+}
 
 // operatorPods returns the operator's pods that are not being deleted, once there are
 // as many as its Deployment's replicas.

@@ -1,6 +1,9 @@
 // Package realnode_test runs the operator as its users run it, on the local cluster's
-// real node: its image, deployed from config/default into a restricted namespace, with
-// Foo's and the scheduled workloads' pods really running. It needs root (the node runs in
+// real node: its image, deployed with `make deploy` (config/default, the webhook
+// certificate kept by the operator itself) into a restricted namespace, with Foo's, the
+// samples' and the scheduled workloads' pods really running; its certificate renewed
+// under load; scraped by a Prometheus the Prometheus Operator runs (`make
+// deploy-monitoring`); and removed with `make undeploy`. It needs root (the node runs in
 // a sandbox of private namespaces; see test/harness/sandbox) and the operator image in
 // the OCI layout `make docker-build` writes (make test builds it first).
 package realnode_test
@@ -19,7 +22,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -33,6 +35,7 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/deploy"
 	"github.com/phalanks/phalanks-operator/test/harness/images"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
+	"github.com/phalanks/phalanks-operator/test/harness/prometheus"
 	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
@@ -56,7 +59,7 @@ const (
 	operatorNamespace  = "phalanks-system"
 	operatorDeployment = "phalanks-controller-manager"
 	// scalingGracePeriod replaces the manager's default of 15 minutes, in which it leaves
-	// a new workload alone: the suite's only change to config/default.
+	// a new workload alone.
 	scalingGracePeriod = "5s"
 
 	// podTimeout bounds pods starting, becoming Ready or going away on a loaded machine.
@@ -75,6 +78,11 @@ var (
 	scheme = newScheme()
 	// testApp is the image users' workloads run in these specs.
 	testApp string
+	// operatorImage is the IMG make deploy deploys: the image make docker-build built,
+	// in the node's registry.
+	operatorImage string
+	// monitoringImages are the Prometheus Operator's and Prometheus's images.
+	monitoringImages *prometheus.Images
 )
 
 func newScheme() *runtime.Scheme {
@@ -97,7 +105,7 @@ var _ = BeforeSuite(func() {
 
 	By("starting the local cluster with a real node, its registry mirroring quay.io")
 	start := time.Now()
-	local, err = cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), RealNode: true, Mirrors: []string{"quay.io"}})
+	local, err = cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), RealNode: true, Mirrors: []string{prometheus.Registry}})
 	check(err)
 	DeferCleanup(func() { check(local.Shutdown()) })
 	k8s, err = client.New(local.Config, client.Options{Scheme: scheme})
@@ -113,35 +121,29 @@ var _ = BeforeSuite(func() {
 	check(err)
 	DeferCleanup(s3.Stop)
 
-	By("pushing the operator image (as make docker-build built it) and testapp to the node's registry")
+	By("pushing the operator image (as make docker-build built it), testapp and the monitoring stack's images to the node's registry")
 	start = time.Now()
-	pushOperatorImage()
+	operatorImage = pushOperatorImage()
 	app, err := images.TestApp(ctx, filepath.Join(dir, "build"))
 	check(err)
 	_, err = local.Push(ctx, "phalanks-e2e/testapp:1", app)
 	check(err)
 	testApp = cluster.RegistryHost + "/phalanks-e2e/testapp:1"
+	monitoringImages, err = prometheus.BuildImages(ctx)
+	check(err)
+	check(monitoringImages.Push(ctx, local.Push))
 	GinkgoWriter.Printf("images pushed in %s\n", time.Since(start).Round(time.Millisecond))
 
-	By("deploying config/default, doing cert-manager's part")
+	By("installing the Prometheus Operator from its bundle.yaml, and a Prometheus it runs")
 	start = time.Now()
-	objs, err := deploy.Render(ctx)
-	check(err)
-	for _, obj := range objs {
-		if obj.GetKind() == "Deployment" && obj.GetName() == operatorDeployment {
-			check(appendManagerArg(obj, "--scaling-grace-period="+scalingGracePeriod))
-		}
-	}
-	_, err = deploy.Apply(ctx, k8s, objs)
-	check(err)
-	expectOperatorAvailable()
-	GinkgoWriter.Printf("operator Available in %s\n", time.Since(start).Round(time.Millisecond))
+	installPrometheus()
+	GinkgoWriter.Printf("Prometheus Operator and Prometheus running in %s\n", time.Since(start).Round(time.Millisecond))
 })
 
-// pushOperatorImage pushes the image config/manager deploys, read from the OCI layout
-// make docker-build writes, to the node's registry under the path the node's quay.io
-// mirror serves it from.
-func pushOperatorImage() {
+// pushOperatorImage pushes the image make docker-build wrote into the OCI layout (under
+// the name config/manager deploys) to the node's registry, and returns its reference
+// there: the IMG the suite deploys.
+func pushOperatorImage() string {
 	GinkgoHelper()
 	ref, err := deploy.Image()
 	check(err)
@@ -155,32 +157,14 @@ func pushOperatorImage() {
 	if err != nil {
 		Fail(fmt.Sprintf("the operator image %s is not in the OCI layout %s (`make docker-build` writes it; make test runs it first): %v", ref, layout, err))
 	}
-	path, ok := strings.CutPrefix(ref, "quay.io/")
-	Expect(ok).To(BeTrue(), "config/manager deploys %s, not an image the node mirrors", ref)
-	_, err = local.Push(ctx, path, img)
+	const repository = "phalanks-e2e/phalanks-operator:e2e"
+	_, err = local.Push(ctx, repository, img)
 	check(err)
-}
-
-// appendManagerArg adds an argument to the manager container of a rendered Deployment.
-func appendManagerArg(dep *unstructured.Unstructured, arg string) error {
-	containers, _, err := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
-	if err != nil {
-		return err
-	}
-	for _, c := range containers {
-		m, ok := c.(map[string]any)
-		if !ok || m["name"] != "manager" {
-			continue
-		}
-		args, _ := m["args"].([]any)
-		m["args"] = append(args, arg)
-		return unstructured.SetNestedSlice(dep.Object, containers, "spec", "template", "spec", "containers")
-	}
-	return fmt.Errorf("deployment %s has no manager container", dep.GetName())
+	return cluster.RegistryHost + "/" + repository
 }
 
 // expectOperatorAvailable waits until the operator's Deployment is Available with all
-// its replicas Ready pods of its current template.
+// its replicas Ready pods of its current template, and no other pod.
 func expectOperatorAvailable() {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
@@ -188,6 +172,8 @@ func expectOperatorAvailable() {
 		dep := &appsv1.Deployment{}
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorDeployment}, dep)).To(Succeed())
 		g.Expect(dep.Spec.Replicas).NotTo(BeNil())
+		g.Expect(dep.Status.ObservedGeneration).To(Equal(dep.Generation), "Deployment %s not observed yet", dep.Name)
+		g.Expect(dep.Status.Replicas).To(Equal(*dep.Spec.Replicas), "Deployment %s status %+v; %s", dep.Name, dep.Status, podsSummary(operatorNamespace))
 		g.Expect(dep.Status.UpdatedReplicas).To(Equal(*dep.Spec.Replicas), "Deployment %s status %+v", dep.Name, dep.Status)
 		g.Expect(dep.Status.AvailableReplicas).To(Equal(*dep.Spec.Replicas), "Deployment %s status %+v; %s", dep.Name, dep.Status, podsSummary(operatorNamespace))
 	}).WithTimeout(podTimeout).WithPolling(poll).Should(Succeed())

@@ -110,7 +110,7 @@ var _ = Describe("Scraping the metrics the way the shipped ServiceMonitor does",
 			return tr.Status.Token
 		}
 
-		By("serving the metrics with a certificate for the metrics Service, as cert-manager issues it")
+		By("serving the metrics with a certificate for the metrics Service, as the operator's rotator issues it")
 		ca, err := certs.NewCA("metrics-ca")
 		Expect(err).NotTo(HaveOccurred())
 		pair, err := ca.Issue(certs.LeafOptions{CommonName: serverName, Hosts: []string{serverName}})

@@ -259,13 +259,13 @@ type platform struct {
 	kubeconfig string
 }
 
-// startPlatform starts the API server (with extra kube-apiserver flags) and MinIO,
+// startPlatform starts the API server (with the given feature gates) and MinIO,
 // creates the phalanks-system and team namespaces and team's credentials Secret, and
 // grants the user the managers run as exactly the RBAC config/rbac grants.
-func startPlatform(apiServerArgs map[string][]string) *platform {
+func startPlatform(featureGates map[string]bool) *platform {
 	GinkgoHelper()
 	ctx := context.Background()
-	env, err := envtest.Start(envtest.Options{Scheme: scheme, APIServerArgs: apiServerArgs})
+	env, err := envtest.Start(envtest.Options{Scheme: scheme, FeatureGates: featureGates})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(env.Stop)
 	p := &platform{env: env, c: env.Client, s3: minio.StartForTest(GinkgoT(), minio.Options{})}

@@ -22,11 +22,14 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -65,6 +68,12 @@ type Options struct {
 	// local registry, RegistryHost, and nowhere else: an image the project publishes as
 	// quay.io/phalanks/x:v1 runs from RegistryHost/phalanks/x:v1.
 	Mirrors []string
+	// ClusterDNS runs cluster DNS for the real node's pods, as CoreDNS does on a real
+	// cluster: a DNS server on NodeIP answers <service>.<namespace>.svc.cluster.local
+	// (and <service>.<namespace>.svc) with the Service's ClusterIP, and the kubelet gives
+	// pods it as their nameserver with the search path of the cluster domain,
+	// cluster.local. Other names do not resolve. Without it pods have no cluster DNS.
+	ClusterDNS bool
 }
 
 // Cluster is a running local control plane.
@@ -120,6 +129,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if err := c.StartAPIServer(); err != nil {
+		return nil, err
+	}
+	if err := c.checkVersion(); err != nil {
 		return nil, err
 	}
 	if err := c.startControllers(); err != nil {
@@ -352,8 +364,57 @@ func (c *Cluster) StartAPIServer() error {
 	return process.WaitFor(c.api, 2*time.Minute, func() error { return process.HTTPOK(hc, c.Server+"/readyz", c.tokens["admin"]) })
 }
 
+// checkVersion fails unless kube-apiserver is the Kubernetes version the test was asked
+// to run (tools.EnvKubeTools).
+func (c *Cluster) checkVersion() error {
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	v, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		return fmt.Errorf("read the API server's version: %w", err)
+	}
+	return tools.CheckKubeVersion(v.GitVersion)
+}
+
 // StopAPIServer stops kube-apiserver, leaving etcd and the other components running.
 func (c *Cluster) StopAPIServer() error { return c.api.Stop(5 * time.Second) }
+
+// offControllers are the kube-controller-manager controllers the local cluster runs
+// without: there is no cloud (node routes, load balancers, cloud node lifecycle; newer
+// versions no longer have these), pod CIDRs come from the CNI configuration, and no
+// certificate signing is set up.
+var offControllers = []string{
+	"node-ipam-controller", "cloud-node-lifecycle-controller", "service-lb-controller",
+	"node-route-controller", "certificatesigningrequest-signing-controller",
+}
+
+// controllersFlag returns kube-controller-manager's --controllers value: every default
+// controller but those off, naming only controllers this version has (naming one it
+// lacks is an error that stops it).
+func controllersFlag(bin string, off []string) (string, error) {
+	out, _ := exec.Command(bin, "--help").CombinedOutput()
+	help := string(out)
+	_, list, ok := strings.Cut(help, "All controllers:")
+	if ok {
+		list, _, ok = strings.Cut(list, "Disabled-by-default controllers:")
+	}
+	if !ok {
+		return "", fmt.Errorf("%s --help lists no controllers:\n%s", bin, help)
+	}
+	known := map[string]bool{}
+	for _, name := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+		known[name] = true
+	}
+	flag := "*"
+	for _, name := range off {
+		if known[name] {
+			flag += ",-" + name
+		}
+	}
+	return flag, nil
+}
 
 func (c *Cluster) startControllers() error {
 	kcmArgs := []string{
@@ -364,19 +425,25 @@ func (c *Cluster) startControllers() error {
 		"--root-ca-file", filepath.Join(c.pki, "ca.crt"),
 		"--cluster-cidr", "10.1.0.0/16",
 	}
+	off := offControllers
 	if c.o.RealNode {
 		// The node lifecycle controller lifts the not-ready taint a real node registers
 		// with; each controller acts as its own service account, as in a real cluster.
-		kcmArgs = append(kcmArgs,
-			"--controllers", "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,-csrsigning",
-			"--use-service-account-credentials=true")
+		kcmArgs = append(kcmArgs, "--use-service-account-credentials=true")
 	} else {
-		kcmArgs = append(kcmArgs, "--controllers", "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-csrsigning")
+		// kwok sends no heartbeats: the node lifecycle controller would taint its nodes
+		// not-ready and evict their pods.
+		off = append(slices.Clone(off), "node-lifecycle-controller")
 	}
 	var err error
 	if c.kcm, err = c.component("kube-controller-manager", kcmArgs...); err != nil {
 		return err
 	}
+	controllers, err := controllersFlag(c.kcm.Path, off)
+	if err != nil {
+		return err
+	}
+	c.kcm.Args = append(c.kcm.Args, "--controllers", controllers)
 	c.sched, err = c.component("kube-scheduler",
 		"--kubeconfig", c.kubeconfigPath("kube-scheduler"),
 		"--secure-port", "0",

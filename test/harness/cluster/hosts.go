@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,17 +14,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/phalanks/phalanks-operator/test/harness/dns"
 )
 
 // serviceHostsInterval is how often the sandbox's /etc/hosts follows the Services.
 const serviceHostsInterval = time.Second
 
-// The cluster runs no DNS server. Processes in the sandbox that address Services by name
-// (OLM's catalog operator dials a registry pod's Service as <name>.<namespace>.svc) find
-// them in /etc/hosts instead: the node binds a file of its own over it, the host's entries
-// followed by one line per Service with a ClusterIP, kept in step with the Services.
-// Pods keep their own /etc/hosts and reach Services by ClusterIP and environment
-// variables, as they do on a cluster without DNS.
+// Processes in the sandbox that address Services by name (OLM's catalog operator dials a
+// registry pod's Service as <name>.<namespace>.svc) find them in /etc/hosts: the node
+// binds a file of its own over it, the host's entries followed by one line per Service
+// with a ClusterIP, kept in step with the Services. Pods keep their own /etc/hosts and
+// reach Services by ClusterIP and environment variables, as they do on a cluster without
+// DNS, or by name through the cluster DNS server (Options.ClusterDNS), which answers
+// from the same list.
 
 // hostsFile is the file bound over /etc/hosts.
 func (n *node) hostsFile() string { return filepath.Join(n.dir, "etc", "hosts") }
@@ -61,19 +66,26 @@ func (n *node) followServices(ctx context.Context, cs kubernetes.Interface) {
 	}
 }
 
+// serviceHosts returns the hosts file for the Services, and records their addresses for
+// the cluster DNS server.
 func (n *node) serviceHosts(ctx context.Context, cs kubernetes.Interface) ([]byte, error) {
 	svcs, err := cs.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
 	var lines []string
+	ips := map[string]netip.Addr{}
 	for _, s := range svcs.Items {
 		if s.Spec.ClusterIP == "" || s.Spec.ClusterIP == corev1.ClusterIPNone {
 			continue
 		}
 		name := s.Name + "." + s.Namespace + ".svc"
-		lines = append(lines, fmt.Sprintf("%s\t%s %s.cluster.local\n", s.Spec.ClusterIP, name, name))
+		lines = append(lines, fmt.Sprintf("%s\t%s %s.%s\n", s.Spec.ClusterIP, name, name, ClusterDomain))
+		if ip, err := netip.ParseAddr(s.Spec.ClusterIP); err == nil {
+			ips[name], ips[name+"."+ClusterDomain] = ip, ip
+		}
 	}
+	n.serviceIPs.Store(&ips)
 	slices.Sort(lines)
 	var b bytes.Buffer
 	b.Write(n.baseHosts)
@@ -82,4 +94,28 @@ func (n *node) serviceHosts(ctx context.Context, cs kubernetes.Interface) ([]byt
 		b.WriteString(l)
 	}
 	return b.Bytes(), nil
+}
+
+// startDNS serves the Services' names on the node's address, port 53, when the cluster
+// runs cluster DNS. It answers from the list followServices keeps, which it reads every
+// second: a Service is resolvable within a second or two of its creation.
+func (n *node) startDNS() error {
+	if !n.c.o.ClusterDNS {
+		return nil
+	}
+	s, err := dns.StartOn(net.JoinHostPort(NodeIP, "53"), func(name string) []netip.Addr {
+		ips := n.serviceIPs.Load()
+		if ips == nil {
+			return nil
+		}
+		if ip, ok := (*ips)[name]; ok {
+			return []netip.Addr{ip}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	n.dns = s
+	return nil
 }

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 
 	"github.com/phalanks/phalanks-operator/internal/imagebuild"
 	"github.com/phalanks/phalanks-operator/test/harness/certs"
+	"github.com/phalanks/phalanks-operator/test/harness/dns"
 	"github.com/phalanks/phalanks-operator/test/harness/images"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
 	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
@@ -53,9 +56,15 @@ type node struct {
 
 	registry    *imagebuild.Registry
 	registryLog *os.File
-	containerd  *process.Process
-	kubelet     *process.Process
-	proxy       *process.Process
+
+	// dns is the cluster DNS server (Options.ClusterDNS); serviceIPs holds what it
+	// answers, the ClusterIP of each Service by name, as followServices last read them.
+	dns        *dns.Server
+	serviceIPs atomic.Pointer[map[string]netip.Addr]
+
+	containerd *process.Process
+	kubelet    *process.Process
+	proxy      *process.Process
 }
 
 // startNode brings the real node up and waits until it is Ready and schedulable and
@@ -100,6 +109,7 @@ func (c *Cluster) startNode(ctx context.Context) error {
 		{"write the node's certificates", n.writePKI},
 		{"write the CNI configuration", n.writeCNIConfig},
 		{"start the local registry with the pause image", func() error { return n.startRegistry(ctx) }},
+		{"start the cluster DNS server", n.startDNS},
 		{"start containerd", func() error { return n.startContainerd(runc) }},
 		{"start the kubelet", n.startKubelet},
 		{"start kube-proxy", n.startKubeProxy},
@@ -315,10 +325,12 @@ func (n *node) startRegistry(ctx context.Context) error {
 	return err
 }
 
-// registryListen and registryTLSListen are where the local registry listens:
-// RegistryHost and RegistryTLSHost, by address.
+// registryListen and registryTLSListen are where the local registry listens. Plain HTTP
+// on every address of the sandbox's network namespace: loopback (RegistryHost, for
+// containerd and the test process), the node's address (PodRegistryHost, for pods) and
+// the pod bridge's; TLS on loopback (RegistryTLSHost).
 const (
-	registryListen    = "127.0.0.1:5000"
+	registryListen    = "0.0.0.0:5000"
 	registryTLSListen = "127.0.0.1:5443"
 )
 
@@ -468,6 +480,9 @@ func (n *node) stop() error {
 	errs = append(errs, killAndReap(shims))
 	if n.registry != nil {
 		errs = append(errs, n.registry.Close(), n.registryLog.Close())
+	}
+	if n.dns != nil {
+		n.dns.Stop()
 	}
 	errs = append(errs, n.removeNetwork())
 	errs = append(errs, n.unmountAll())

@@ -41,6 +41,12 @@ const (
 	// cluster's CA (Cluster.CAFile): for clients that speak only HTTPS to registries and
 	// trust a private CA, as operator-sdk does with SSL_CERT_FILE. The node trusts it too.
 	RegistryTLSHost = "localhost:5443"
+	// PodRegistryHost is the same registry as pods reach it, over plain HTTP: for
+	// programs in pods that pull images themselves rather than through the node's
+	// containerd (OLM v1's catalogd and operator-controller).
+	PodRegistryHost = NodeIP + ":5000"
+	// ClusterDomain is the cluster's DNS domain (Options.ClusterDNS).
+	ClusterDomain = "cluster.local"
 )
 
 // Where the node's components write on their own, at paths they do not let us change
@@ -237,6 +243,9 @@ func (n *node) writeKubeletConfig() (string, error) {
 		NodeStatusUpdateFrequency: metav1.Duration{Duration: 4 * time.Second},
 		SyncFrequency:             metav1.Duration{Duration: 10 * time.Second},
 		ShutdownGracePeriod:       metav1.Duration{},
+	}
+	if n.c.o.ClusterDNS {
+		cfg.ClusterDNS, cfg.ClusterDomain = []string{NodeIP}, ClusterDomain
 	}
 	data, err := yaml.Marshal(cfg)
 	if err != nil {

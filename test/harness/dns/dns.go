@@ -1,7 +1,8 @@
 // Package dns runs a tiny authoritative DNS server on a free loopback UDP port, answering
 // A queries from a function the test supplies, for tests that need a name to resolve to
 // addresses of their choosing (and to change its mind between two lookups, as a DNS
-// rebinding attacker does). Point a Go resolver at it with Resolver.
+// rebinding attacker does). Point a Go resolver at it with Resolver. The local cluster's
+// real node serves its Service names with it (cluster.Options.ClusterDNS).
 package dns
 
 import (
@@ -14,7 +15,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 )
 
-// Server answers DNS queries on 127.0.0.1.
+// Server answers DNS queries over UDP.
 type Server struct {
 	// Addr is the server's host:port.
 	Addr string
@@ -29,7 +30,12 @@ type Server struct {
 // Start serves until Stop. answer returns the IPv4 addresses of a fully qualified name
 // in lower case without the trailing dot, or nil for NXDOMAIN; AAAA queries get no records.
 func Start(answer func(name string) []netip.Addr) (*Server, error) {
-	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	return StartOn("127.0.0.1:0", answer)
+}
+
+// StartOn is Start on the UDP address addr (host:port).
+func StartOn(addr string, answer func(name string) []netip.Addr) (*Server, error) {
+	conn, err := net.ListenPacket("udp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package envtest_test
 
 import (
+	"strings"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -34,4 +35,30 @@ func TestInstallsTheProjectCRDs(t *testing.T) {
 			t.Errorf("CRD %s not installed; have %v", want, names)
 		}
 	}
+}
+
+// A gate the running version does not have: off, it is left out of the flags (such a
+// server lacks the feature anyway); on, the start fails instead of testing a server
+// that silently lacks what the suite asked for.
+func TestFeatureGatesTheServerDoesNotHave(t *testing.T) {
+	// Every version lists the AllAlpha and AllBeta pseudo-gates.
+	if known, err := envtest.KnowsFeatureGate("AllBeta"); err != nil || !known {
+		t.Fatalf("KnowsFeatureGate(AllBeta) = %v, %v; want true", known, err)
+	}
+	const gate = "PhalanksNoSuchGate"
+	known, err := envtest.KnowsFeatureGate(gate)
+	if err != nil || known {
+		t.Fatalf("KnowsFeatureGate(%s) = %v, %v; want false", gate, known, err)
+	}
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	if _, err := envtest.Start(envtest.Options{Scheme: s, FeatureGates: map[string]bool{gate: true}}); err == nil ||
+		!strings.Contains(err.Error(), "has no feature gate "+gate) {
+		t.Fatalf("start with %s=true: %v; want an error naming the gate", gate, err)
+	}
+	env, err := envtest.Start(envtest.Options{Scheme: s, FeatureGates: map[string]bool{gate: false}})
+	if err != nil {
+		t.Fatalf("start with %s=false: %v", gate, err)
+	}
+	_ = env.Stop()
 }

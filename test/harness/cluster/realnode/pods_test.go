@@ -51,7 +51,7 @@ func TestRealNodeRunsPods(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	start := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Dir: dir, RealNode: true, Mirrors: []string{"quay.io"}})
+	c, err := cluster.Start(ctx, cluster.Options{Dir: dir, RealNode: true, Mirrors: []string{"quay.io"}, ClusterDNS: true})
 	g.Expect(err).NotTo(HaveOccurred())
 	stopped := false
 	t.Cleanup(func() {
@@ -149,6 +149,21 @@ func TestRealNodeRunsPods(t *testing.T) {
 		g.Expect(out).To(HavePrefix("testapp web-"))
 	})
 
+	t.Run("pods resolve Services by name through the cluster DNS, and reach the local registry", func(t *testing.T) {
+		g := NewWithT(t)
+		// The search path of the pod's namespace completes the short name; the long one
+		// resolves as it is.
+		for _, name := range []string{"web", "web." + ns + ".svc", "web." + ns + ".svc." + cluster.ClusterDomain} {
+			out := kubectl(t, c, "exec", "--namespace", ns, "deployment/web", "--", "/testapp", "get", "http://"+name+"/")
+			g.Expect(out).To(HavePrefix("testapp web-"), "GET http://%s/ from a pod", name)
+		}
+		out, err := kubectlErr(c, "exec", "--namespace", ns, "deployment/web", "--", "/testapp", "get", "http://nothing."+ns+".svc/")
+		g.Expect(err).To(HaveOccurred(), "a name no Service has does not resolve: %s", out)
+		g.Expect(out).To(ContainSubstring("no such host"))
+		out = kubectl(t, c, "exec", "--namespace", ns, "deployment/web", "--", "/testapp", "get", "http://"+cluster.PodRegistryHost+"/v2/phalanks/testapp/tags/list")
+		g.Expect(out).To(ContainSubstring(`"1"`), "the registry's tags of the test image, as a pod reads them")
+	})
+
 	t.Run("scaling down terminates pods at once (the app stops on SIGTERM)", func(t *testing.T) {
 		g := NewWithT(t)
 		start := time.Now()
@@ -222,14 +237,19 @@ func webDeployment(ns, image string, replicas int32) *appsv1.Deployment {
 
 func kubectl(t *testing.T, c *cluster.Cluster, args ...string) string {
 	t.Helper()
-	bin, err := tools.Path("kubectl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
-	out, err := cmd.CombinedOutput()
+	out, err := kubectlErr(c, args...)
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return out
+}
+
+// kubectlErr runs kubectl and returns its combined output and error.
+func kubectlErr(c *cluster.Cluster, args ...string) (string, error) {
+	bin, err := tools.Path("kubectl")
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command(bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput()
+	return string(out), err
 }

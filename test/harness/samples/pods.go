@@ -1,4 +1,4 @@
-package main
+package samples
 
 import (
 	"context"
@@ -10,15 +10,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// podCounts counts a Deployment's pods on the node: all of them, terminating ones
-// included, and those Ready and not terminating.
-func (e *env) podCounts(ctx context.Context, namespace string, selector *metav1.LabelSelector) (all, ready int, err error) {
+// PodCounts counts the pods a selector matches in a namespace: all of them,
+// terminating ones included, and those Ready and not terminating.
+func PodCounts(ctx context.Context, c client.Reader, namespace string, selector *metav1.LabelSelector) (all, ready int, err error) {
 	sel, err := metav1.LabelSelectorAsSelector(selector)
 	if err != nil {
 		return 0, 0, err
 	}
 	pods := &corev1.PodList{}
-	if err := e.client.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := c.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return 0, 0, err
 	}
 	for _, p := range pods.Items {
@@ -30,8 +30,8 @@ func (e *env) podCounts(ctx context.Context, namespace string, selector *metav1.
 	return all, ready, nil
 }
 
-func (e *env) readyPods(ctx context.Context, dep *appsv1.Deployment) (int, error) {
-	_, ready, err := e.podCounts(ctx, dep.Namespace, dep.Spec.Selector)
+func readyPods(ctx context.Context, c client.Reader, dep *appsv1.Deployment) (int, error) {
+	_, ready, err := PodCounts(ctx, c, dep.Namespace, dep.Spec.Selector)
 	return ready, err
 }
 
@@ -44,9 +44,14 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// setContainerImages gives every container of a workload sample's pod template the
-// demo's image: the sample's cannot be pulled here.
-func setContainerImages(obj *unstructured.Unstructured, image string) error {
+// adaptWorkload gives a workload sample's pods the environment's image.
+func adaptWorkload(_ context.Context, e Env, obj *unstructured.Unstructured) error {
+	return SetContainerImages(obj, e.Image)
+}
+
+// SetContainerImages gives every container of a workload sample's pod template image:
+// the sample's cannot be pulled here.
+func SetContainerImages(obj *unstructured.Unstructured, image string) error {
 	containers, _, err := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package samples
 
 import (
 	"context"
@@ -12,22 +12,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-var fooKind = schema.GroupKind{Group: "phalanks.io", Kind: "Foo"}
+// FooKind is the Foo sample's kind.
+var FooKind = schema.GroupKind{Group: "phalanks.io", Kind: "Foo"}
 
-func init() {
-	adapters[fooKind] = adaptFoo
-	expectations[fooKind] = fooAvailable
-}
-
-// adaptFoo gives the Foo's Deployment the demo's image: the sample's cannot be pulled
-// here.
-func adaptFoo(_ context.Context, e *env, obj *unstructured.Unstructured) error {
-	return unstructured.SetNestedField(obj.Object, e.image, "spec", "image")
+// adaptFoo gives the Foo's Deployment the environment's image: the sample's cannot be
+// pulled here.
+func adaptFoo(_ context.Context, e Env, obj *unstructured.Unstructured) error {
+	return unstructured.SetNestedField(obj.Object, e.Image, "spec", "image")
 }
 
 // fooAvailable is done when the Foo's Deployment is Available and the Foo reports as
 // many available replicas as it asks for.
-func fooAvailable(ctx context.Context, e *env, obj *unstructured.Unstructured) (bool, string, error) {
+func fooAvailable(ctx context.Context, e Env, obj *unstructured.Unstructured) (bool, string, error) {
 	name, _, _ := unstructured.NestedString(obj.Object, "spec", "deploymentName")
 	want, found, _ := unstructured.NestedInt64(obj.Object, "spec", "replicas")
 	if !found {
@@ -35,13 +31,13 @@ func fooAvailable(ctx context.Context, e *env, obj *unstructured.Unstructured) (
 	}
 	available, _, _ := unstructured.NestedInt64(obj.Object, "status", "availableReplicas")
 	dep := &appsv1.Deployment{}
-	if err := e.client.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}, dep); err != nil {
+	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}, dep); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, fmt.Sprintf("waiting for Deployment %s", name), nil
 		}
 		return false, "", err
 	}
-	ready, err := e.readyPods(ctx, dep)
+	ready, err := readyPods(ctx, e.Client, dep)
 	if err != nil {
 		return false, "", err
 	}

@@ -1,4 +1,4 @@
-package main
+package samples
 
 import (
 	"context"
@@ -10,24 +10,19 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
-	"github.com/phalanks/phalanks-operator/test/harness/samples"
 )
 
-var storageBucketKind = schema.GroupKind{Group: phalanksv1beta1.GroupVersion.Group, Kind: "StorageBucket"}
+// StorageBucketKind is the StorageBucket samples' kind.
+var StorageBucketKind = schema.GroupKind{Group: phalanksv1beta1.GroupVersion.Group, Kind: "StorageBucket"}
 
-func init() {
-	adapters[storageBucketKind] = adaptStorageBucket
-	expectations[storageBucketKind] = storageBucketReady
-}
-
-// adaptStorageBucket points a StorageBucket sample at the demo's MinIO.
-func adaptStorageBucket(ctx context.Context, e *env, obj *unstructured.Unstructured) error {
-	return samples.PointAtMinIO(ctx, e.client, e.s3, obj)
+// adaptStorageBucket points a StorageBucket sample at the environment's MinIO.
+func adaptStorageBucket(ctx context.Context, e Env, obj *unstructured.Unstructured) error {
+	return PointAtMinIO(ctx, e.Client, e.S3, obj)
 }
 
 // storageBucketReady expects every StorageBucket sample to become Ready.
-func storageBucketReady(_ context.Context, _ *env, obj *unstructured.Unstructured) (bool, string, error) {
-	sb, err := samples.AsHub(obj)
+func storageBucketReady(_ context.Context, _ Env, obj *unstructured.Unstructured) (bool, string, error) {
+	sb, err := AsHub(obj)
 	if err != nil {
 		return false, "", err
 	}
