@@ -98,7 +98,9 @@ type Member struct {
 	// lastClaim is, per slot, the last live member this member saw claim it, when,
 	// and when that member's Lease had last changed, on this member's clock.
 	lastClaim [Slots]claimSeen
-	gained    [Slots]Gain
+	// lastRead is when the last successful read of the ring was made.
+	lastRead time.Time
+	gained   [Slots]Gain
 	lease     *coordinationv1.Lease
 	// abandon makes Start end without leaving, as a killed process would (tests).
 	abandon bool
@@ -261,9 +263,11 @@ func (m *Member) step(ctx context.Context) {
 // owner may have stopped working on it.
 type Gain struct {
 	At time.Time
-	// Window is zero when no other member was seen claiming the slot since this one
-	// started: what happened before its start is unknown, and the objects continue
-	// where they are. When the previous claimant gave the slot up while live (or left,
+	// Window is zero when the slot is taken at this member's first read of the ring:
+	// what happened before its start is unknown, and the objects continue where they
+	// are. When no other member was seen claiming it since, one may still have while
+	// this member's reads failed: it reaches back to the read before, plus two renew
+	// periods. When the previous claimant gave the slot up while live (or left,
 	// deleting its Lease), it reaches back to the last read that still showed its
 	// claim, plus two renew periods: it stops, drains (within a period), then publishes
 	// (a call within a period). When the previous claimant's Lease expired (a crash, a
@@ -287,6 +291,8 @@ type view struct {
 	claims Set
 	// expired are the members whose Lease is there but not live.
 	expired map[string]bool
+	// prevRead is when the read before this one was made (zero for the first).
+	prevRead time.Time
 }
 
 // read lists the ring's Leases and judges who is live, on this member's clock.
@@ -339,6 +345,7 @@ func (m *Member) read(ctx context.Context) (view, error) {
 		}
 	}
 	m.seen = seen
+	v.prevRead, m.lastRead = m.lastRead, now
 	if m.validLocked() {
 		v.members = append(v.members, m.Identity)
 	}
@@ -392,7 +399,11 @@ func (m *Member) apply(ctx context.Context, v view) {
 		}
 		g := Gain{At: now}
 		switch last := m.lastClaim[slot]; {
+		case last.by == "" && v.prevRead.IsZero():
 		case last.by == "":
+			// Nobody was seen claiming it, but reads may have failed while someone
+			// did: whoever it was came and went after the previous read.
+			g.Window = now.Sub(v.prevRead) + 2*m.RenewPeriod
 		case v.expired[last.by]:
 			g.Window = now.Sub(last.changed) + 2*m.RenewPeriod
 		default:
