@@ -101,7 +101,7 @@ type Member struct {
 	// lastRead is when the last successful read of the ring was made.
 	lastRead time.Time
 	gained   [Slots]Gain
-	lease     *coordinationv1.Lease
+	lease    *coordinationv1.Lease
 	// abandon makes Start end without leaving, as a killed process would (tests).
 	abandon bool
 }
