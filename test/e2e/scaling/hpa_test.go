@@ -113,8 +113,12 @@ func TestAnAutoscalerControlledByAnotherObjectIsNeverWritten(t *testing.T) {
 	startOperator(t, scaling.Options{})
 	web := newDeployment(t, ns, "web", 4, nil)
 	hpa := newHPA(t, ns, "web", "web", 3, nil)
-	hpa.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}
-	g.Expect(admin.Update(context.Background(), hpa)).To(Succeed())
+	// The HPA controller writes the HPA's status meanwhile: update the live object.
+	g.Eventually(func(g Gomega) error {
+		h := live(hpa)(g)
+		h.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}
+		return admin.Update(context.Background(), h)
+	}).WithTimeout(timeout).Should(Succeed())
 
 	annotate(g, web, map[string]string{scaling.AnnotationDowntime: "always", scaling.AnnotationDowntimeReplicas: "1"})
 	g.Eventually(notes(web, scaling.ReasonAutoscalerNotWritable)).WithTimeout(timeout).Should(ContainElement(
