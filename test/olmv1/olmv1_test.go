@@ -254,6 +254,10 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 			g.Expect(k8s.Get(ctx, key, got)).To(Succeed())
 			g.Expect(got.UID).NotTo(Equal(uid), "Service %s is the deleted one", key)
 		}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed(), "operator-controller re-creates the webhook Service")
+		// Repaired means serving: the conversion webhook answers through the new Service
+		// (the node's kube-proxy programs its new address a moment after it exists).
+		Eventually(func() error { _, err := readSnapshot(); return err }).
+			WithTimeout(time.Minute).WithPolling(poll).Should(Succeed(), "StorageBuckets read through the re-created webhook Service")
 	})
 
 	var beforeUpgrade map[string]string
