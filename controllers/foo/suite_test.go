@@ -23,6 +23,7 @@ import (
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+	"github.com/phalanks/phalanks-operator/test/harness/report"
 )
 
 // Timeouts for a loaded 2-core machine.
@@ -101,3 +102,6 @@ func fooEvents(ctx context.Context, g Gomega, namespace, name string) []eventsv1
 	}
 	return out
 }
+
+// The failures once more at the end of the output, where CI shows its tail.
+var _ = report.FailuresLast()

@@ -24,6 +24,7 @@ import (
 
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+	"github.com/phalanks/phalanks-operator/test/harness/report"
 )
 
 var (
@@ -223,3 +224,6 @@ func containsAll(parts ...string) func(string) bool {
 		return true
 	}
 }
+
+// The failures once more at the end of the output, where CI shows its tail.
+var _ = report.FailuresLast()

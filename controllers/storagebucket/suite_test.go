@@ -33,6 +33,7 @@ import (
 	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
+	"github.com/phalanks/phalanks-operator/test/harness/report"
 )
 
 func TestStorageBucket(t *testing.T) {
@@ -290,3 +291,6 @@ func eventuallyGone(obj client.Object) {
 		return apierrors.IsNotFound(err)
 	}).WithTimeout(30*time.Second).Should(BeTrue(), "%s still exists", client.ObjectKeyFromObject(obj))
 }
+
+// The failures once more at the end of the output, where CI shows its tail.
+var _ = report.FailuresLast()

@@ -32,6 +32,7 @@ import (
 	"github.com/phalanks/phalanks-operator/internal/certrotation"
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
+	"github.com/phalanks/phalanks-operator/test/harness/report"
 )
 
 func TestCertRotation(t *testing.T) {
@@ -268,3 +269,6 @@ func handshake(addr, serverName string, roots *x509.CertPool) (string, error) {
 	sum := sha256.Sum256(leaf.Raw)
 	return hex.EncodeToString(sum[:8]), nil
 }
+
+// The failures once more at the end of the output, where CI shows its tail.
+var _ = report.FailuresLast()

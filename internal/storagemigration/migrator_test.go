@@ -26,6 +26,7 @@ import (
 	"github.com/phalanks/phalanks-operator/internal/storagemigration"
 	"github.com/phalanks/phalanks-operator/internal/webhooks"
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+	"github.com/phalanks/phalanks-operator/test/harness/report"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
@@ -157,3 +158,6 @@ var _ = Describe("Storage migration after an upgrade from a release that stored 
 		Expect(res).To(Equal(storagemigration.Result{StorageVersion: "v1beta1"}))
 	})
 })
+
+// The failures once more at the end of the output, where CI shows its tail.
+var _ = report.FailuresLast()

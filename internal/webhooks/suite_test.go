@@ -15,6 +15,7 @@ import (
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/internal/webhooks"
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
+	"github.com/phalanks/phalanks-operator/test/harness/report"
 )
 
 var k8s client.Client
@@ -48,3 +49,6 @@ var _ = BeforeSuite(func() {
 		return mgr.GetWebhookServer().StartedChecker()(nil)
 	}).Should(Succeed())
 })
+
+// The failures once more at the end of the output, where CI shows its tail.
+var _ = report.FailuresLast()

@@ -27,6 +27,7 @@ import (
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/test/harness/cluster"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
+	"github.com/phalanks/phalanks-operator/test/harness/report"
 	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
 	"github.com/phalanks/phalanks-operator/test/olm"
 )
@@ -240,3 +241,6 @@ func alive() {
 		}
 	}
 }
+
+// The failures once more at the end of the output, where CI shows its tail.
+var _ = report.FailuresLast()

@@ -37,6 +37,7 @@ import (
 	"github.com/phalanks/phalanks-operator/internal/conditions"
 	"github.com/phalanks/phalanks-operator/test/harness/cluster"
 	"github.com/phalanks/phalanks-operator/test/harness/crds"
+	"github.com/phalanks/phalanks-operator/test/harness/report"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
@@ -174,3 +175,6 @@ var _ = Describe("A Foo on a cluster with real controllers", Ordered, func() {
 			"deleting one Foo took another Foo's Deployment with it")
 	})
 })
+
+// The failures once more at the end of the output, where CI shows its tail.
+var _ = report.FailuresLast()

@@ -36,6 +36,7 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/images"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 	"github.com/phalanks/phalanks-operator/test/harness/prometheus"
+	"github.com/phalanks/phalanks-operator/test/harness/report"
 	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
@@ -227,3 +228,6 @@ var _ = ReportAfterSuite("logs", func(r Report) {
 	}
 	_ = os.RemoveAll(dir)
 })
+
+// The failures once more at the end of the output, where CI shows its tail.
+var _ = report.FailuresLast()

@@ -36,6 +36,7 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
+	"github.com/phalanks/phalanks-operator/test/harness/report"
 	"github.com/phalanks/phalanks-operator/test/harness/tcpproxy"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
@@ -375,3 +376,6 @@ func expectNoSecrets(text string, values ...string) {
 		Expect(strings.Contains(text, v)).To(BeFalse(), "a secret value appears in the log")
 	}
 }
+
+// The failures once more at the end of the output, where CI shows its tail.
+var _ = report.FailuresLast()
