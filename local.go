@@ -13,8 +13,8 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 )
 
-// serviceAccountNamespace is where a pod finds its namespace.
-const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+// serviceAccountNamespace is where a pod finds its namespace (a variable for tests).
+var serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // inCluster reports whether the manager runs in a pod: the kubelet gives every
 // container KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT (the signal client-go's
@@ -24,25 +24,45 @@ func inCluster() bool {
 	return os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBERNETES_SERVICE_PORT") != ""
 }
 
-// outOfClusterDefaults fills in, for a manager started outside a pod, what a pod would
-// provide: the namespace of the leader election Lease (the kubeconfig context's
-// namespace, as kubectl would use) and a serving certificate for the webhook server
-// when none was given (self-signed, for 127.0.0.1 and localhost). In a pod both stay as
-// they are: a missing certificate there is a deployment error and stops the manager.
+// leaseNamespace decides where the leader election Lease and the StorageBucket shard
+// ring's Leases go when --leader-elect-namespace does not say: in a pod, the pod's
+// namespace (POD_NAMESPACE, else the service account's namespace file, which a pod
+// without a mounted token lacks); outside a pod, the kubeconfig context's namespace, as
+// kubectl would use. controller-runtime's leader election and the ring both take it
+// from cfg.leaderElectNamespace, so they agree.
+func leaseNamespace(cfg *config, log logr.Logger) error {
+	if !cfg.leaderElect || cfg.leaderElectNamespace != "" {
+		return nil
+	}
+	if inCluster() {
+		ns := podNamespace()
+		if ns == "" {
+			return fmt.Errorf("namespace of the leader election and shard ring Leases: neither POD_NAMESPACE "+
+				"nor %s is set; set POD_NAMESPACE from the pod's metadata.namespace or pass --leader-elect-namespace",
+				serviceAccountNamespace)
+		}
+		cfg.leaderElectNamespace = ns
+		return nil
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = cfg.kubeconfig
+	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).Namespace()
+	if err != nil {
+		return fmt.Errorf("leader election namespace from the kubeconfig: %w", err)
+	}
+	cfg.leaderElectNamespace = ns
+	log.Info("running outside a cluster: the leader election Lease goes to the kubeconfig context's namespace "+
+		"(set --leader-elect-namespace to choose another)", "namespace", ns)
+	return nil
+}
+
+// outOfClusterDefaults fills in, for a manager started outside a pod, a serving
+// certificate for the webhook server when none was given (self-signed, for 127.0.0.1
+// and localhost), as a pod would have one. In a pod the directory stays as it is: a
+// missing certificate there is a deployment error and stops the manager.
 func outOfClusterDefaults(cfg *config, log logr.Logger) error {
 	if inCluster() {
 		return nil
-	}
-	if cfg.leaderElect && cfg.leaderElectNamespace == "" {
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		rules.ExplicitPath = cfg.kubeconfig
-		ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).Namespace()
-		if err != nil {
-			return fmt.Errorf("leader election namespace from the kubeconfig: %w", err)
-		}
-		cfg.leaderElectNamespace = ns
-		log.Info("running outside a cluster: the leader election Lease goes to the kubeconfig context's namespace "+
-			"(set --leader-elect-namespace to choose another)", "namespace", ns)
 	}
 	// The rotator issues the certificate into this directory; a process outside a pod
 	// gets it only if something copies the Secret there.

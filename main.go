@@ -102,8 +102,8 @@ func parseFlags(args []string) (config, error) {
 		"Elect a leader that runs the leader-only work (Foo, scheduled scaling, storage migration); the replicas "+
 			"also share the StorageBuckets through a ring of Leases in the same namespace.")
 	fs.StringVar(&c.leaderElectNamespace, "leader-elect-namespace", "",
-		"Namespace of the leader election Lease; empty means the pod's namespace, or outside a cluster "+
-			"the namespace of the kubeconfig's current context.")
+		"Namespace of the leader election Lease and the StorageBucket ring's Leases; empty means the pod's namespace "+
+			"(POD_NAMESPACE, else the service account's), or outside a cluster the namespace of the kubeconfig's current context.")
 	fs.DurationVar(&c.leaseDuration, "leader-elect-lease-duration", 15*time.Second,
 		"How long a non-leader waits before it may take over an unrenewed lease.")
 	fs.DurationVar(&c.renewDeadline, "leader-elect-renew-deadline", 10*time.Second,
@@ -173,6 +173,9 @@ func run(args []string) error {
 	// structured lines, not klog's own text format.
 	klog.SetLogger(logger)
 	log := ctrl.Log.WithName("setup")
+	if err := leaseNamespace(&cfg, log); err != nil {
+		return err
+	}
 	if err := outOfClusterDefaults(&cfg, log); err != nil {
 		return err
 	}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 )
 
 // The shard ring's timing flags are checked at start: a renew period of 0 would make
@@ -61,4 +63,53 @@ func TestInAPodTheMissingCertificateIsNotReplaced(t *testing.T) {
 		t.Error("outside a pod no self-signed certificate was made")
 	}
 	_ = os.RemoveAll(cfg.webhookCertDir)
+}
+
+// In a pod the Leases go to the pod's namespace even when no service account token (and
+// with it no namespace file) is mounted: POD_NAMESPACE, which config/manager sets from
+// the pod's metadata, decides it for both the leader election and the StorageBucket ring;
+// --leader-elect-namespace overrides it.
+func TestInAPodTheLeasesGoToPODNAMESPACE(t *testing.T) {
+	mounted := serviceAccountNamespace
+	serviceAccountNamespace = filepath.Join(t.TempDir(), "namespace")
+	t.Cleanup(func() { serviceAccountNamespace = mounted })
+	t.Setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
+	for _, tc := range []struct {
+		name, podNamespace string
+		args               []string
+		want               string // "" for an error
+	}{
+		{"POD_NAMESPACE without the namespace file", "team-ops", nil, "team-ops"},
+		{"--leader-elect-namespace over POD_NAMESPACE", "team-ops", []string{"--leader-elect-namespace=leases"}, "leases"},
+		{"--leader-elect-namespace alone", "", []string{"--leader-elect-namespace=leases"}, "leases"},
+		{"neither, nor the namespace file", "", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("POD_NAMESPACE", tc.podNamespace)
+			cfg, err := parseFlags(append([]string{"--leader-elect", "--storagebucket-server-side-sharding=false"}, tc.args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = leaseNamespace(&cfg, logr.Discard())
+			if tc.want == "" {
+				if err == nil || !strings.Contains(err.Error(), "--leader-elect-namespace") {
+					t.Errorf("leaseNamespace = %v, want an error naming POD_NAMESPACE and --leader-elect-namespace", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := setupShard(&cfg, &rest.Config{Host: "https://10.96.0.1"}, logr.Discard()); err != nil {
+				t.Fatalf("setupShard: %v", err)
+			}
+			if got := cfg.storageBucket.Shard.Namespace; got != tc.want {
+				t.Errorf("the ring's Leases go to %q, want %q", got, tc.want)
+			}
+			if got := managerOptions(cfg, nil).LeaderElectionNamespace; got != tc.want {
+				t.Errorf("the leader election Lease goes to %q, want %q", got, tc.want)
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -33,13 +34,9 @@ func setupShard(cfg *config, restCfg *rest.Config, log logr.Logger) (func(toolsc
 	if !cfg.leaderElect {
 		return nil, nil
 	}
-	ns := cfg.leaderElectNamespace
+	ns := cfg.leaderElectNamespace // leaseNamespace filled it in
 	if ns == "" {
-		data, err := os.ReadFile(serviceAccountNamespace)
-		if err != nil {
-			return nil, fmt.Errorf("namespace of the StorageBucket ring's Leases: %w", err)
-		}
-		ns = strings.TrimSpace(string(data))
+		return nil, errors.New("namespace of the StorageBucket ring's Leases: none decided")
 	}
 	cs, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {

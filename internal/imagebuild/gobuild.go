@@ -3,9 +3,12 @@ package imagebuild
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -45,36 +48,83 @@ func (b GoBuild) Args() []string {
 }
 
 // targetVariables are the go command's variables that change the code it produces
-// for a target. An image runs on any node of its platform, whatever machine built it,
-// so none of them is taken from the caller: a GOAMD64=v3 build machine must not make
-// an image that crashes on older nodes.
+// for a target (those `go help environment` lists for Go 1.26: the target, cgo and the
+// external linker, GOFLAGS, toolchain experiments, FIPS 140 mode, and the instruction
+// set level of each architecture). An image runs on any node of its platform, whatever
+// machine built it, so none of them is taken from the caller: a GOAMD64=v3 build
+// machine must not make an image that crashes on older nodes.
 var targetVariables = map[string]bool{
-	"GOOS": true, "GOARCH": true, "CGO_ENABLED": true, "GOFLAGS": true, "GOEXPERIMENT": true,
+	"GOOS": true, "GOARCH": true, "CGO_ENABLED": true, "GO_EXTLINK_ENABLED": true, "GOFLAGS": true,
+	"GOEXPERIMENT": true, "GOFIPS140": true,
 	"GOAMD64": true, "GOARM": true, "GOARM64": true, "GO386": true, "GOPPC64": true, "GORISCV64": true,
 	"GOMIPS": true, "GOMIPS64": true, "GOWASM": true,
 }
 
 // Env returns the environment `go build` runs with: the current one without the
 // variables that change the produced code, then GOOS, GOARCH, GOARM and CGO_ENABLED
-// for the target and the baseline instruction set levels (which also override a
-// `go env -w` setting of them).
-func (b GoBuild) Env() []string {
+// for the target and the baseline instruction set levels. The go command also reads
+// its variables from its configuration file (`go env -w`, at GOENV), where an empty or
+// missing environment variable leaves them; the build runs with GOENV=off, and the
+// file's other settings (a GOPROXY, GOPRIVATE, GOTOOLCHAIN, ...) are passed as
+// variables instead.
+func (b GoBuild) Env(ctx context.Context) ([]string, error) {
+	configured, err := configuredSettings(ctx, b.Dir)
+	if err != nil {
+		return nil, err
+	}
 	cgo := "0"
 	if b.CGO {
 		cgo = "1"
 	}
 	var env []string
 	for _, kv := range os.Environ() {
-		if name, _, _ := strings.Cut(kv, "="); !targetVariables[name] {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, fromFile := configured[name]; !targetVariables[name] && name != "GOENV" && !fromFile {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "GOOS="+b.Platform.OS, "GOARCH="+b.Platform.Architecture, "CGO_ENABLED="+cgo,
+	for _, name := range slices.Sorted(maps.Keys(configured)) {
+		env = append(env, name+"="+configured[name])
+	}
+	env = append(env, "GOENV=off", "GOOS="+b.Platform.OS, "GOARCH="+b.Platform.Architecture, "CGO_ENABLED="+cgo,
 		"GOAMD64=v1", "GOARM64=v8.0")
 	if b.Platform.Architecture == "arm" && b.Platform.Variant != "" {
 		env = append(env, "GOARM="+strings.TrimPrefix(b.Platform.Variant, "v"))
 	}
-	return env
+	return env, nil
+}
+
+// configuredSettings returns the settings the go command, run in dir, takes from its
+// configuration file: those `go env -changed` reports (they differ from the defaults)
+// that the environment does not set, except the ones that change the produced code.
+// It runs without the caller's code-generation variables, which the build drops: one
+// the go command rejects (an unknown GOEXPERIMENT) must not fail the build.
+func configuredSettings(ctx context.Context, dir string) (map[string]string, error) {
+	cmd := exec.CommandContext(ctx, "go", "env", "-json", "-changed")
+	cmd.Dir = dir
+	cmd.Env = []string{} // not nil, which would pass the whole environment
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); !targetVariables[name] {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("read go env: %w\n%s", err, stderr.String())
+	}
+	var changed map[string]string
+	if err := json.Unmarshal(out, &changed); err != nil {
+		return nil, fmt.Errorf("read go env: %w", err)
+	}
+	configured := map[string]string{}
+	for name, value := range changed {
+		if !targetVariables[name] && name != "GOENV" && os.Getenv(name) == "" {
+			configured[name] = value
+		}
+	}
+	return configured, nil
 }
 
 // Run builds the binary. With -trimpath and no VCS stamp, the same sources and Go
@@ -84,8 +134,12 @@ func (b GoBuild) Run(ctx context.Context) error {
 		return fmt.Errorf("go build %s: package, platform and output are required", b.Package)
 	}
 	cmd := exec.CommandContext(ctx, "go", b.Args()...)
+	env, err := b.Env(ctx)
+	if err != nil {
+		return fmt.Errorf("go build %s for %s: %w", b.Package, b.Platform, err)
+	}
 	cmd.Dir = b.Dir
-	cmd.Env = b.Env()
+	cmd.Env = env
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

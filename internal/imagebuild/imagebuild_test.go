@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"debug/buildinfo"
 	"errors"
 	"io"
 	"io/fs"
@@ -467,27 +468,65 @@ func TestGoBuildCrossCompilesAStaticReproducibleBinary(t *testing.T) {
 }
 
 // An image runs on every node of its platform, so the build machine's own settings of
-// the produced code never reach the go command.
+// the produced code never reach the go command: neither from the environment nor from
+// the go command's configuration file (`go env -w`), whose other settings still apply.
 func TestGoBuildIgnoresTheCallersCodeGenerationSettings(t *testing.T) {
+	goenv := filepath.Join(t.TempDir(), "env")
+	mustWrite(t, goenv, "GOAMD64=v3\nGOFLAGS=-tags=fromgoenv\nGOFIPS140=latest\nGOPRIVATE=example.com/private\n", 0o644)
+	t.Setenv("GOENV", goenv)
 	t.Setenv("GOAMD64", "v3")
 	t.Setenv("GOARM64", "v9.0")
 	t.Setenv("GOFLAGS", "-race")
-	t.Setenv("GOEXPERIMENT", "arenas")
+	t.Setenv("GOEXPERIMENT", "nosuchexperiment")
+	t.Setenv("GOFIPS140", "latest")
+	t.Setenv("GO386", "softfloat")
 	t.Setenv("GOPROXY", "https://proxy.example")
+
+	mod := t.TempDir()
+	mustWrite(t, filepath.Join(mod, "go.mod"), "module example.com/hello\n\ngo 1.26\n", 0o644)
+	mustWrite(t, filepath.Join(mod, "main.go"), "package main\n\nfunc main() { println(\"hello\") }\n", 0o644)
+	b := imagebuild.GoBuild{Dir: mod, Package: ".", Output: filepath.Join(t.TempDir(), "hello"), Platform: amd64}
+
+	vars, err := b.Env(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	env := map[string][]string{}
-	for _, kv := range (imagebuild.GoBuild{Platform: amd64}).Env() {
+	for _, kv := range vars {
 		name, value, _ := strings.Cut(kv, "=")
 		env[name] = append(env[name], value)
 	}
 	for name, want := range map[string]string{"GOAMD64": "v1", "GOARM64": "v8.0", "GOOS": "linux", "GOARCH": "amd64",
-		"CGO_ENABLED": "0", "GOPROXY": "https://proxy.example"} {
+		"CGO_ENABLED": "0", "GOENV": "off", "GOPROXY": "https://proxy.example", "GOPRIVATE": "example.com/private"} {
 		if got := env[name]; len(got) != 1 || got[0] != want {
 			t.Errorf("%s = %q, want exactly %q", name, got, want)
 		}
 	}
-	for _, name := range []string{"GOFLAGS", "GOEXPERIMENT"} {
+	for _, name := range []string{"GOFLAGS", "GOEXPERIMENT", "GOFIPS140", "GO386"} {
 		if got, ok := env[name]; ok {
 			t.Errorf("%s = %q reaches the build", name, got)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	if err := b.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := buildinfo.ReadFile(b.Output)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]string{}
+	for _, s := range info.Settings {
+		settings[s.Key] = s.Value
+	}
+	if settings["GOAMD64"] != "v1" {
+		t.Errorf("built with GOAMD64=%q, want v1", settings["GOAMD64"])
+	}
+	for _, key := range []string{"-tags", "GOEXPERIMENT", "GOFIPS140"} {
+		if v, ok := settings[key]; ok {
+			t.Errorf("built with %s=%q", key, v)
 		}
 	}
 }

@@ -3,7 +3,8 @@
 // rules` and the unit tests in testdata (`promtool test rules`), which show every alert
 // both firing and not firing; every alert has its runbook in docs/monitoring.md, which
 // also carries the same rules for OLM installs; and every query of the Grafana
-// dashboards in config/grafana parses. That the queries name only metrics a running
+// dashboards in config/grafana parses, the scheduled-scaling one naming every scaling
+// metric docs/scheduled-scaling.md lists. That the queries name only metrics a running
 // manager exports is checked against a real one in test/e2e/realnode.
 package monitoring_test
 
@@ -205,6 +206,58 @@ func TestDashboardQueriesParse(t *testing.T) {
 			checkParses(t, queries)
 		})
 	}
+}
+
+// TestScalingDashboardShowsEveryScalingMetric: each metric docs/scheduled-scaling.md
+// lists is named by a query of the scheduled-scaling dashboard, so a metric added to
+// the operator and its docs is not left off the dashboard.
+func TestScalingDashboardShowsEveryScalingMetric(t *testing.T) {
+	documented := documentedMetrics(t, "scheduled-scaling.md", "phalanks_scaling_")
+	if len(documented) < 5 {
+		t.Fatalf("only %d scaling metrics found in docs/scheduled-scaling.md: %v", len(documented), documented)
+	}
+	root, err := tools.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries, err := monitoring.DashboardQueries(filepath.Join(root, "config", "grafana", "phalanks-scheduled-scaling.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for _, q := range queries {
+		for _, n := range metricName.FindAllString(q.Expr, -1) {
+			named[n] = true
+		}
+	}
+	for _, m := range documented {
+		if !named[m] {
+			t.Errorf("%s is in docs/scheduled-scaling.md but on no panel of phalanks-scheduled-scaling.json", m)
+		}
+	}
+}
+
+// metricName matches the operator's own metric names in a query.
+var metricName = regexp.MustCompile(`\bphalanks_[a-z0-9_]+`)
+
+// documentedMetrics returns the metrics with the given prefix that a metrics table of
+// docs/<file> lists (rows starting with the metric's name in backquotes).
+func documentedMetrics(t *testing.T, file, prefix string) []string {
+	t.Helper()
+	root, err := tools.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "docs", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `(" + regexp.QuoteMeta(prefix) + "[a-z0-9_]+)` \\|")
+	var out []string
+	for _, m := range row.FindAllStringSubmatch(string(data), -1) {
+		out = append(out, m[1])
+	}
+	return out
 }
 
 // TestParseCheckCatchesABrokenQuery: the check above is real.

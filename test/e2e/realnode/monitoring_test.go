@@ -254,7 +254,7 @@ func monitoringSpecs() bool {
 		})
 
 		It("names in its dashboards and alerts only metrics the running manager exports, and every query evaluates", func() {
-			By("making the manager report a failed probe and an invalid schedule, so that every metric has a series")
+			By("making the manager report a failed probe, an invalid schedule and a workload held down, so that every metric has a series")
 			const ns = "monitoring-checks"
 			Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 			Expect(k8s.Create(ctx, &phalanksv1beta1.StorageBucket{
@@ -273,13 +273,25 @@ func monitoringSpecs() bool {
 					Template: podTemplate("bad-schedule"),
 				},
 			})).To(Succeed())
+			// The savings series exist from the first scale-down a replica observes.
+			Expect(k8s.Create(ctx, &appsv1.Deployment{
+				ObjectMeta: metav1.ObjectMeta{Name: "held-down", Namespace: ns,
+					Annotations: map[string]string{scaling.AnnotationDowntime: "always", scaling.AnnotationGracePeriod: "0"}},
+				Spec: appsv1.DeploymentSpec{
+					Replicas: ptr.To[int32](1),
+					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "held-down"}},
+					Template: podTemplate("held-down"),
+				},
+			})).To(Succeed())
 
 			queries, err := monitoring.AllQueries(ctx)
 			check(err)
 			Eventually(func(g Gomega) {
 				alive()
 				exported := scrapeMetricNames(g)
-				for _, name := range []string{"phalanks_storagebucket_probe_failures_total", "phalanks_scaling_invalid_schedules_total"} {
+				for _, name := range []string{
+					"phalanks_storagebucket_probe_failures_total", "phalanks_scaling_invalid_schedules_total", "phalanks_scaling_replicas_scaled_down",
+				} {
 					g.Expect(exported).To(HaveKey(name), "the manager has not reported it yet")
 				}
 				for _, q := range queries {
