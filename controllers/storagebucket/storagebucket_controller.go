@@ -275,8 +275,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	ctx, done, owned := r.work.begin(ctx, sb.UID)
 	defer done()
 	if !owned || !r.owns(sb.UID) {
-		// Another replica's share (or ours until a moment ago): drop what we hold.
-		r.forget(sb.UID)
+		// Another replica's share (or ours until a moment ago): drop what we hold under
+		// this name, also for a predecessor of ours that was deleted and replaced by this
+		// one before we saw it go (its series and schedule would outlive it).
+		for _, uid := range append(r.knownAs(req.NamespacedName), sb.UID) {
+			r.forget(uid)
+		}
 		return ctrl.Result{}, nil
 	}
 	if predecessor, replaced := r.mem.track(sb.UID, req.NamespacedName); replaced {
