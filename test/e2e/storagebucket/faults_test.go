@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 )
 
@@ -125,11 +126,23 @@ func (w *readyWatch) observe(items []phalanksv1beta1.StorageBucket) {
 		switch {
 		case cond != nil && cond.Status == metav1.ConditionTrue:
 			w.ready[key] = true
+		case cond != nil && falseCanaryFailure(cond.Reason):
+			// Whether or not it was Ready before: a fresh StorageBucket's first probe
+			// must not fail on another replica's canary either.
+			w.flaps = append(w.flaps, fmt.Sprintf("%s: Ready %s/%s: %s", sb.Name, cond.Status, cond.Reason, cond.Message))
+			w.ready[key] = false
 		case w.ready[key] && sb.DeletionTimestamp.IsZero() && cond != nil:
 			w.flaps = append(w.flaps, fmt.Sprintf("%s: Ready %s/%s: %s", sb.Name, cond.Status, cond.Reason, cond.Message))
 			w.ready[key] = false
 		}
 	}
+}
+
+// falseCanaryFailure reports whether a Ready reason is what a ReadWrite probe reports
+// when another replica's probe wrote or deleted its canary in between: CanaryMismatch,
+// or the unclassified error a canary read answered NoSuchKey becomes.
+func falseCanaryFailure(reason string) bool {
+	return reason == string(taxonomy.ReasonCanaryMismatch) || reason == string(taxonomy.ReasonUnclassified)
 }
 
 // stop ends the watch and returns the flaps seen.
