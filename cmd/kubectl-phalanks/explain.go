@@ -17,7 +17,7 @@ func explain(ctx context.Context, args []string, out, errOut *printer, now time.
 	c.bind(fs)
 	count := fs.Int("count", 6, "How many transitions to show.")
 	from := fs.String("from", "", "Start from this RFC 3339 instant instead of now.")
-	pos, err := parse(fs, args)
+	pos, err := parse(fs, args, errOut)
 	if err != nil {
 		return err
 	}

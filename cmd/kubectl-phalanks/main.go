@@ -72,18 +72,23 @@ local time zone (TZ). Run "kubectl phalanks COMMAND -h" for a command's flags.
 `
 
 func main() {
-	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, time.Now())
+	os.Exit(exitCode(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, time.Now()), os.Stderr))
+}
+
+// exitCode reports the error run returned on stderr and returns the exit status: 0
+// (also for -h), 1 for a failure, 2 for wrong usage, followed by the usage text.
+func exitCode(err error, stderr io.Writer) int {
 	var u usageError
 	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
 	case errors.As(err, &u):
-		fmt.Fprintln(os.Stderr, "error:", err)
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
+		_, _ = fmt.Fprintln(stderr, "error:", err)
+		_, _ = fmt.Fprint(stderr, usage)
+		return 2
 	default:
-		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
+		_, _ = fmt.Fprintln(stderr, "error:", err)
+		return 1
 	}
 }
 
@@ -131,14 +136,15 @@ func (c *common) bind(fs *flag.FlagSet) {
 	c.settings.bind(fs)
 }
 
-// parse parses args, flags and positional arguments in any order.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+// parse parses args, flags and positional arguments in any order. -h prints the
+// flags to help.
+func parse(fs *flag.FlagSet, args []string, help io.Writer) ([]string, error) {
 	fs.SetOutput(io.Discard)
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(os.Stderr)
+				fs.SetOutput(help)
 				fs.PrintDefaults()
 				return nil, err
 			}

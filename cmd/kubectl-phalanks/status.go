@@ -23,7 +23,7 @@ func status(ctx context.Context, args []string, out, errOut *printer, now time.T
 	var all bool
 	fs.BoolVar(&all, "all-namespaces", false, "Every namespace you may list.")
 	fs.BoolVar(&all, "A", false, "Every namespace (short for --all-namespaces).")
-	pos, err := parse(fs, args)
+	pos, err := parse(fs, args, errOut)
 	if err != nil {
 		return err
 	}

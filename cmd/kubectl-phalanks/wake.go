@@ -39,7 +39,7 @@ func wakeOrSleep(ctx context.Context, cmd string, args []string, out, errOut *pr
 	c.bind(fs)
 	length := fs.Duration("for", time.Hour, "How long: the operator honours it until then, and it needs no cleanup.")
 	cancel := fs.Bool("cancel", false, "End what an earlier wake or sleep set, now.")
-	pos, err := parse(fs, args)
+	pos, err := parse(fs, args, errOut)
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,10 @@ func TestTheLastWriterOfTheLevelIsFoundInManagedFields(t *testing.T) {
 			entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, 5, `{"f:status":{"f:replicas":{}}}`),
 			entry("argocd-controller", metav1.ManagedFieldsOperationApply, 3, replicas),
 		}, []string{"spec", "replicas"}, "argocd-controller"},
+		{"Argo CD's client-side apply, an update, owns spec.replicas", []metav1.ManagedFieldsEntry{
+			entry("argocd-controller", metav1.ManagedFieldsOperationApply, 1, `{"f:metadata":{"f:labels":{}}}`),
+			entry("argocd-application-controller", metav1.ManagedFieldsOperationUpdate, 3, replicas),
+		}, []string{"spec", "replicas"}, "argocd-application-controller"},
 		{"the operator's own ownership does not count", []metav1.ManagedFieldsEntry{
 			entry(FieldManager, metav1.ManagedFieldsOperationApply, 9, replicas),
 			entry("kubectl", metav1.ManagedFieldsOperationUpdate, 2, replicas),
@@ -52,9 +56,10 @@ func TestTheLastWriterOfTheLevelIsFoundInManagedFields(t *testing.T) {
 
 func TestAGitOpsControllerIsNamedWithItsFix(t *testing.T) {
 	for manager, want := range map[string][]string{
-		"argocd-controller":    {"Argo CD (field manager argocd-controller) put spec.replicas back", "RespectIgnoreDifferences=true", "#argo-cd"},
-		"kustomize-controller": {"Flux (kustomize-controller)", "spec.ignore", "#flux"},
-		"helm-controller":      {"Flux (helm-controller)", "suspend the HelmRelease", "#flux"},
+		"argocd-controller":             {"Argo CD (field manager argocd-controller) put spec.replicas back", "RespectIgnoreDifferences=true", "#argo-cd"},
+		"argocd-application-controller": {"Argo CD (field manager argocd-application-controller) put spec.replicas back", "RespectIgnoreDifferences=true", "#argo-cd"},
+		"kustomize-controller":          {"Flux (kustomize-controller)", "spec.ignore", "#flux"},
+		"helm-controller":               {"Flux (helm-controller)", "suspend the HelmRelease", "#flux"},
 	} {
 		e, ok := gitOpsNote(deployments.traits, levelWriter{manager: manager}, "spec.replicas")
 		if !ok || !e.warning || e.reason != ReasonGitOpsConflict {

@@ -173,16 +173,23 @@ func (i *Inspector) inspect(ctx context.Context, k *kind, obj client.Object) (St
 	if !in.managed() {
 		return Status{}, false, nil
 	}
-	d := decide(in)
+	st, ok := statusOf(client.ObjectKeyFromObject(obj), in, decide(in))
+	return st, ok, nil
+}
+
+// statusOf reports the decision about an object as kubectl phalanks shows it; false for
+// an object that scheduled scaling leaves alone.
+func statusOf(key types.NamespacedName, in inputs, d decision) (Status, bool) {
 	if d.state == stateUnmanaged && d.workload == nil && d.hpa == nil {
-		return Status{}, false, nil
+		return Status{}, false
 	}
-	st := Status{Kind: k.name, Namespace: obj.GetNamespace(), Name: obj.GetName(), State: string(d.state), Level: in.workload.level,
+	st := Status{Kind: in.kind.name, Namespace: key.Namespace, Name: key.Name, State: string(d.state), Level: in.workload.level,
 		Next: d.next, ReplicasDown: d.savings.replicas, CPUMilli: d.savings.cpuMilli, MemoryBytes: d.savings.memoryBytes, DownSince: d.savings.since}
 	if d.state == stateUnmanaged {
+		// No schedule applies any more, and what was saved is to be restored.
 		st.State = string(stateUp)
 	}
-	if n, ok, err := savedCount(obj.GetAnnotations(), AnnotationOriginalReplicas); ok && err == nil {
+	if n, ok, err := savedCount(in.workload.annotations, AnnotationOriginalReplicas); ok && err == nil {
 		st.Saved = &n
 	}
 	st.Pending = (d.workload != nil && d.workload.level != in.workload.level) || d.hpa != nil
@@ -191,7 +198,7 @@ func (i *Inspector) inspect(ctx context.Context, k *kind, obj client.Object) (St
 		st.ReplicasDown, st.CPUMilli, st.MemoryBytes, st.DownSince = 0, 0, 0, time.Time{}
 	}
 	st.Why = why(in, d)
-	return st, true, nil
+	return st, true
 }
 
 // why says in a sentence what a decision rests on.

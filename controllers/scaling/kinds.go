@@ -52,6 +52,9 @@ type kind struct {
 	// extraLayer returns annotations read after the object's own (a ScaledObject's
 	// target workload); nil for most kinds.
 	extraLayer func(ctx context.Context, reader client.Reader, obj client.Object) (layer, bool)
+	// maxReplicas returns the bound a restored level may not exceed, as the object has it
+	// now (an HPA's maxReplicas over its minReplicas); nil for kinds without one.
+	maxReplicas func(client.Object) int32
 }
 
 // fromObject makes a read function of a level the cached object holds.
@@ -343,15 +346,15 @@ var horizontalPodAutoscalers = &kind{
 	read: fromObject(func(h *autoscalingv2.HorizontalPodAutoscaler) int32 {
 		return ptr.Deref(h.Spec.MinReplicas, 1)
 	}),
+	// minReplicas above maxReplicas is invalid; a maxReplicas lowered during the downtime
+	// caps what comes back (see restore).
+	maxReplicas: func(o client.Object) int32 { return o.(*autoscalingv2.HorizontalPodAutoscaler).Spec.MaxReplicas },
 	write: func(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
-		// minReplicas above maxReplicas is invalid; a maxReplicas lowered during the
-		// downtime caps what comes back.
-		level, _ := capMinReplicas(w.level, o.(*autoscalingv2.HorizontalPodAutoscaler).Spec.MaxReplicas)
-		return apply(ctx, c, fmt.Sprintf("minReplicas %d to HorizontalPodAutoscaler", level),
+		return apply(ctx, c, fmt.Sprintf("minReplicas %d to HorizontalPodAutoscaler", w.level),
 			autoscalingv2ac.HorizontalPodAutoscaler(o.GetName(), o.GetNamespace()).
 				WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
 				WithAnnotations(w.annotationsFor()).
-				WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().WithMinReplicas(level)))
+				WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().WithMinReplicas(w.level)))
 	},
 	transform: slimHPA,
 }

@@ -23,16 +23,17 @@ func TestDecideForEveryKind(t *testing.T) {
 	keda := &metav1.OwnerReference{APIVersion: "keda.sh/v1alpha1", Kind: "ScaledObject", Name: "web", Controller: ptr.To(true)}
 	other := &metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Autoscaler", Name: "web", Controller: ptr.To(true)}
 	cases := []struct {
-		name     string
-		kind     traits
-		now      time.Time
-		level    int32
-		created  time.Time
-		own      map[string]string
-		layers   []layer
-		hpas     []hpaView
-		delegate string
-		excluded bool
+		name        string
+		kind        traits
+		now         time.Time
+		level       int32
+		maxReplicas int32
+		created     time.Time
+		own         map[string]string
+		layers      []layer
+		hpas        []hpaView
+		delegate    string
+		excluded    bool
 		// want
 		state     state
 		write     *workloadWrite
@@ -69,6 +70,25 @@ func TestDecideForEveryKind(t *testing.T) {
 			name: "an HPA's minReplicas stops at 1",
 			kind: horizontalPodAutoscalers.traits, now: night, level: 4, own: map[string]string{AnnotationUptime: work},
 			state: stateDown, write: &workloadWrite{level: 1, original: ptr.To[int32](4), next: nextMorning}, reasons: ReasonScaleDown, requeueAt: nextMorning,
+		},
+		{
+			name: "an HPA's saved minReplicas comes back at the uptime",
+			kind: horizontalPodAutoscalers.traits, now: day, level: 1, maxReplicas: 5, own: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "4"},
+			state: stateUp, write: &workloadWrite{level: 4, next: mustTime("2024-06-05T18:00:00Z")}, reasons: ReasonScaleUp,
+			note: "restored minReplicas from 1 to 4: uptime", requeueAt: mustTime("2024-06-05T18:00:00Z"),
+		},
+		{
+			name: "an HPA's saved minReplicas comes back capped at a maxReplicas lowered during the downtime, and the event says so",
+			kind: horizontalPodAutoscalers.traits, now: day, level: 1, maxReplicas: 2, own: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "4"},
+			state: stateUp, write: &workloadWrite{level: 2, next: mustTime("2024-06-05T18:00:00Z")}, reasons: ReasonScaleUp,
+			note: "restored minReplicas from 1 to 2 (the saved 4, capped at maxReplicas 2): uptime", requeueAt: mustTime("2024-06-05T18:00:00Z"),
+		},
+		{
+			name: "an HPA's uptime-replicas is capped at its maxReplicas too",
+			kind: horizontalPodAutoscalers.traits, now: day, level: 1, maxReplicas: 5,
+			own:   map[string]string{AnnotationUptime: work, AnnotationUptimeReplicas: "8", AnnotationOriginalReplicas: "4"},
+			state: stateUp, write: &workloadWrite{level: 5, next: mustTime("2024-06-05T18:00:00Z")}, reasons: ReasonScaleUp,
+			note: "restored minReplicas from 1 to 5", requeueAt: mustTime("2024-06-05T18:00:00Z"),
 		},
 		{
 			name: "an HPA without a schedule of its own is left to the workload it targets",
@@ -172,7 +192,7 @@ func TestDecideForEveryKind(t *testing.T) {
 			}
 			d := decide(inputs{
 				now: c.now, kind: c.kind,
-				workload: workloadView{level: c.level, annotations: c.own, created: created},
+				workload: workloadView{level: c.level, maxReplicas: c.maxReplicas, annotations: c.own, created: created},
 				layers:   c.layers, hpas: c.hpas, delegate: c.delegate, namespaceExcluded: c.excluded,
 				grace: 15 * time.Minute,
 			})

@@ -187,6 +187,9 @@ func (g *gatherer) gather(ctx context.Context, k *kind, obj client.Object) (inpu
 		return inputs{}, err
 	}
 	in.workload.level = level
+	if k.maxReplicas != nil {
+		in.workload.maxReplicas = k.maxReplicas(obj)
+	}
 	if !k.autoscaled {
 		return in, nil
 	}

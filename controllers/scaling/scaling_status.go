@@ -92,6 +92,9 @@ type workloadView struct {
 	// podRequests is what one pod of its template requests now (Deployments and
 	// StatefulSets).
 	podRequests corev1.ResourceList
+	// maxReplicas caps the level a restore writes, for an autoscaler scheduled in its own
+	// right (its level is minReplicas); 0 for other kinds.
+	maxReplicas int32
 }
 
 // hpaView is what a decision needs to know about a HorizontalPodAutoscaler that
@@ -458,9 +461,14 @@ func restore(d *decision, k traits, w workloadView, count int32, hasSaved bool, 
 		if k.onOff {
 			count = min(count, 1)
 		}
+		note := fmt.Sprintf("restored %d replicas (from %d): %s", count, w.level, why)
+		if w.maxReplicas > 0 {
+			var what string
+			count, what = capMinReplicas(count, w.maxReplicas)
+			note = fmt.Sprintf("restored minReplicas from %d to %s: %s", w.level, what, why)
+		}
 		d.workload = &workloadWrite{level: count, next: next, from: w.level}
 		d.actions = append(d.actions, actionScaleUp)
-		note := fmt.Sprintf("restored %d replicas (from %d): %s", count, w.level, why)
 		if k.onOff {
 			note = fmt.Sprintf("%s again: %s", k.running, why)
 			if count == 0 {

@@ -2,11 +2,14 @@ package scaling_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/utils/ptr"
@@ -18,7 +21,8 @@ import (
 // TestAGitOpsControllerThatPutsReplicasBackIsNamedWithItsFix scales a Deployment down,
 // then writes spec.replicas back as each GitOps controller does during a downtime:
 // Argo CD and Flux's kustomize-controller with a forced server-side apply under their
-// field managers, Flux's helm-controller with Helm's three-way merge patch (an update).
+// field managers, Argo CD's client-side apply and Flux's helm-controller with a
+// three-way merge patch (an update).
 // The operator keeps the change as a manual one, and a Warning names the tool and its
 // fix; a person's kubectl scale gets no such warning.
 func TestAGitOpsControllerThatPutsReplicasBackIsNamedWithItsFix(t *testing.T) {
@@ -35,11 +39,28 @@ func TestAGitOpsControllerThatPutsReplicasBackIsNamedWithItsFix(t *testing.T) {
 				client.FieldOwner(manager))).To(Succeed())
 		}
 	}
+	// Argo CD's default sync is a client-side apply: kubectl apply's three-way merge patch
+	// with the last-applied configuration, which the API server records as an Update.
+	clientSideApply := func(manager string) func(*testing.T, *appsv1.Deployment) {
+		return func(t *testing.T, d *appsv1.Deployment) {
+			g := NewWithT(t)
+			lastApplied := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"` + d.Name + `","namespace":"` + d.Namespace + `"},"spec":{"replicas":3}}`
+			body, err := json.Marshal(map[string]any{
+				"metadata": map[string]any{"annotations": map[string]string{corev1.LastAppliedConfigAnnotation: lastApplied}},
+				"spec":     map[string]any{"replicas": 3},
+			})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(admin.Patch(ctx, d, client.RawPatch(types.StrategicMergePatchType, body), client.FieldOwner(manager))).To(Succeed())
+			g.Expect(live(d)(g).GetManagedFields()).To(ContainElement(And(
+				HaveField("Manager", manager), HaveField("Operation", metav1.ManagedFieldsOperationUpdate))))
+		}
+	}
 	for _, c := range []struct {
 		manager, tool, fix string
 		write              func(*testing.T, *appsv1.Deployment)
 	}{
 		{"argocd-controller", "Argo CD", "RespectIgnoreDifferences=true", apply("argocd-controller")},
+		{"argocd-application-controller", "Argo CD", "RespectIgnoreDifferences=true", clientSideApply("argocd-application-controller")},
 		{"kustomize-controller", "Flux (kustomize-controller)", "spec.ignore", apply("kustomize-controller")},
 		{"helm-controller", "Flux (helm-controller)", "suspend the HelmRelease", patch("helm-controller")},
 	} {

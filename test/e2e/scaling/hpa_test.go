@@ -167,3 +167,39 @@ func TestAnAutoscalersMinReplicasComesBackCappedAtAMaxReplicasLoweredDuringTheDo
 	g.Eventually(notes(web, scaling.ReasonScaleUp)).WithTimeout(timeout).Should(ContainElement(
 		ContainSubstring("restored minReplicas 2 (the saved 3, capped at maxReplicas 2)")))
 }
+
+// TestAnAutoscalerWithItsOwnScheduleComesBackCappedAtAMaxReplicasLoweredDuringTheDowntime
+// schedules an HPA itself, then lowers its maxReplicas below the saved minReplicas while
+// it is down: the API server would refuse the saved minimum, so the restore writes
+// maxReplicas, the record goes, and the ScaleUp event names the value written.
+func TestAnAutoscalerWithItsOwnScheduleComesBackCappedAtAMaxReplicasLoweredDuringTheDowntime(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	startOperator(t, scaling.Options{})
+	newDeployment(t, ns, "web", 4, nil)
+	hpa := newHPA(t, ns, "web", "web", 4, nil)
+	spec, _ := downtimeForAnHour()
+
+	annotate(g, hpa, map[string]string{scaling.AnnotationDowntime: spec})
+	g.Eventually(func(g Gomega) *autoscalingv2.HorizontalPodAutoscaler { return live(hpa)(g) }).WithTimeout(timeout).Should(And(
+		HaveField("Spec.MinReplicas", HaveValue(BeEquivalentTo(1))),
+		HaveField("Annotations", HaveKeyWithValue(scaling.AnnotationOriginalReplicas, "4")),
+	))
+	// The HPA controller writes the HPA's status meanwhile: update the live object.
+	g.Eventually(func(g Gomega) error {
+		h := live(hpa)(g)
+		h.Spec.MaxReplicas = 2
+		return admin.Update(context.Background(), h)
+	}).WithTimeout(timeout).Should(Succeed())
+
+	annotate(g, hpa, map[string]string{scaling.AnnotationDowntime: ""})
+	g.Eventually(func(g Gomega) *autoscalingv2.HorizontalPodAutoscaler { return live(hpa)(g) }).WithTimeout(timeout).Should(And(
+		HaveField("Spec.MinReplicas", HaveValue(BeEquivalentTo(2))),
+		HaveField("Spec.MaxReplicas", BeEquivalentTo(2)),
+		HaveField("Annotations", Not(HaveKey(scaling.AnnotationOriginalReplicas))),
+	))
+	g.Eventually(notes(hpa, scaling.ReasonScaleUp)).WithTimeout(timeout).Should(ContainElement(
+		ContainSubstring("restored minReplicas from 1 to 2 (the saved 4, capped at maxReplicas 2)")))
+	g.Expect(notes(hpa, scaling.ReasonScaleUp)(g)).NotTo(ContainElement(ContainSubstring("restored 4")),
+		"no event claims the saved count came back")
+}

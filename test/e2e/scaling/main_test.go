@@ -181,11 +181,18 @@ func startOperator(t *testing.T, o scaling.Options) {
 	})
 }
 
-// newNamespace creates a namespace of the test's own.
+// newNamespace creates a namespace of the test's own, named after the test (what a
+// namespace name may not hold, such as a subtest's underscores, becomes a dash).
 func newNamespace(t *testing.T, annotations map[string]string) string {
 	t.Helper()
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(t.Name()))
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		GenerateName: strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))[:min(40, len(t.Name()))] + "-",
+		GenerateName: name[:min(40, len(name))] + "-",
 		Annotations:  annotations,
 	}}
 	NewWithT(t).Expect(admin.Create(context.Background(), ns)).To(Succeed())

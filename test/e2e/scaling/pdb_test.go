@@ -2,6 +2,7 @@ package scaling_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
+	"github.com/phalanks/phalanks-operator/test/harness/crds"
 )
 
 // evict asks the API server to evict one running pod of app, as a node drain does, and
@@ -100,43 +102,108 @@ func budget(t *testing.T, ns, app string, n int32) *policyv1.PodDisruptionBudget
 // TestADecoyCannotRelaxABudgetThatProtectsPodsOfAnythingElse plays a tenant who may
 // create Deployments but not edit budgets: a Deployment with replicas 0, a forged
 // original-replicas, force-downtime and the database's pod labels. Whatever runs the
-// database — a bare ReplicaSet, a StatefulSet without a schedule, an operator's own
-// pods — the platform team's budget stays as it is and still refuses an eviction.
+// database — a bare ReplicaSet, a StatefulSet without a schedule, a StatefulSet whose
+// template moved on while its pod kept the labels, a Rollout's ReplicaSet, an
+// operator's own pods — the platform team's budget stays as it is and still refuses an
+// eviction. All but the StatefulSet without a schedule leave the decoy the only
+// workload whose pod template the budget selects: a decision on templates alone (before
+// 1c15d22) relaxed the budget for them.
 func TestADecoyCannotRelaxABudgetThatProtectsPodsOfAnythingElse(t *testing.T) {
 	ctx := context.Background()
-	runners := map[string]func(t *testing.T, ns string){
-		"a bare ReplicaSet": func(t *testing.T, ns string) {
-			NewWithT(t).Expect(admin.Create(ctx, &appsv1.ReplicaSet{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
-				Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1),
-					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: podTemplate("db")},
-			})).To(Succeed())
+	// Each database runner, and what the operator's BudgetKept event names as the reason.
+	type database struct {
+		run  func(t *testing.T, ns string)
+		kept string
+	}
+	runners := map[string]database{
+		"a Rollout's ReplicaSet": {
+			kept: "it also protects pods the operator did not scale down: ReplicaSet db-7c9f4 (db-7c9f4-",
+			run: func(t *testing.T, ns string) {
+				// Argo Rollouts runs pods through ReplicaSets it controls; the Widget custom
+				// resource stands in for the Rollout.
+				g := NewWithT(t)
+				widgets, err := crds.Load(filepath.Join("testdata"))
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(crds.Install(ctx, admin, widgets, nil)).To(Succeed())
+				rollout := newWidget(t, ns, "db", 1, nil)
+				template := podTemplate("db")
+				template.Labels["rollouts-pod-template-hash"] = "7c9f4"
+				g.Expect(admin.Create(ctx, &appsv1.ReplicaSet{
+					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-7c9f4", OwnerReferences: []metav1.OwnerReference{{
+						APIVersion: widgetGVK.GroupVersion().String(), Kind: widgetGVK.Kind, Name: rollout.GetName(), UID: rollout.GetUID(), Controller: ptr.To(true)}}},
+					Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1),
+						Selector: &metav1.LabelSelector{MatchLabels: template.Labels}, Template: template},
+				})).To(Succeed())
+			},
 		},
-		"a StatefulSet without a schedule": func(t *testing.T, ns string) {
-			NewWithT(t).Expect(admin.Create(ctx, &appsv1.StatefulSet{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
-				Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), ServiceName: "db",
-					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: podTemplate("db")},
-			})).To(Succeed())
+		"a StatefulSet whose template moved on while its pod kept the labels": {
+			kept: "it also protects pods the operator did not scale down: StatefulSet db (db-0)",
+			run: func(t *testing.T, ns string) {
+				// With the OnDelete strategy a template change reaches no running pod until
+				// someone deletes it: the pod keeps app=db, the template no longer has it.
+				g := NewWithT(t)
+				template := podTemplate("db")
+				template.Labels["tier"] = "data"
+				sts := &appsv1.StatefulSet{
+					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+					Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), ServiceName: "db",
+						Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "data"}}, Template: template,
+						UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}},
+				}
+				g.Expect(admin.Create(ctx, sts)).To(Succeed())
+				g.Eventually(func(g Gomega) []corev1.Pod {
+					pods := &corev1.PodList{}
+					g.Expect(admin.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"app": "db"})).To(Succeed())
+					return pods.Items
+				}).WithTimeout(timeout).Should(HaveLen(1))
+				g.Eventually(func(g Gomega) error {
+					s := live(sts)(g)
+					s.Spec.Template.Labels["app"] = "db-next"
+					return admin.Update(ctx, s)
+				}).WithTimeout(timeout).Should(Succeed())
+			},
 		},
-		"an operator's pods": func(t *testing.T, ns string) {
-			g := NewWithT(t)
-			cluster := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-cluster"}}
-			g.Expect(admin.Create(ctx, cluster)).To(Succeed())
-			template := podTemplate("db")
-			g.Expect(admin.Create(ctx, &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-1", Labels: template.Labels,
-					OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: cluster.Name, UID: cluster.UID, Controller: ptr.To(true)}}},
-				Spec: template.Spec,
-			})).To(Succeed())
+		"a bare ReplicaSet": {
+			kept: "it also protects pods the operator did not scale down: ReplicaSet db (db-",
+			run: func(t *testing.T, ns string) {
+				NewWithT(t).Expect(admin.Create(ctx, &appsv1.ReplicaSet{
+					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+					Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1),
+						Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: podTemplate("db")},
+				})).To(Succeed())
+			},
+		},
+		"a StatefulSet without a schedule": {
+			kept: "StatefulSet db is not",
+			run: func(t *testing.T, ns string) {
+				NewWithT(t).Expect(admin.Create(ctx, &appsv1.StatefulSet{
+					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+					Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), ServiceName: "db",
+						Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: podTemplate("db")},
+				})).To(Succeed())
+			},
+		},
+		"an operator's pods": {
+			kept: "it also protects pods the operator did not scale down: ConfigMap db-cluster (db-1)",
+			run: func(t *testing.T, ns string) {
+				g := NewWithT(t)
+				cluster := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-cluster"}}
+				g.Expect(admin.Create(ctx, cluster)).To(Succeed())
+				template := podTemplate("db")
+				g.Expect(admin.Create(ctx, &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-1", Labels: template.Labels,
+						OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: cluster.Name, UID: cluster.UID, Controller: ptr.To(true)}}},
+					Spec: template.Spec,
+				})).To(Succeed())
+			},
 		},
 	}
-	for name, runDatabase := range runners {
+	for name, db := range runners {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			ns := newNamespace(t, nil)
 			startOperator(t, scaling.Options{})
-			runDatabase(t, ns)
+			db.run(t, ns)
 			pdb := budget(t, ns, "db", 1)
 
 			decoy := &appsv1.Deployment{
@@ -152,7 +219,8 @@ func TestADecoyCannotRelaxABudgetThatProtectsPodsOfAnythingElse(t *testing.T) {
 			g.Eventually(func(g Gomega) bool {
 				return relaxed(live(pdb)(g)) || len(notes(pdb, "BudgetKept")(g)) > 0
 			}).WithTimeout(timeout).Should(BeTrue())
-			g.Expect(notes(pdb, "BudgetKept")(g)).To(ContainElement(ContainSubstring("not relaxed although Deployment decoy is scaled down")))
+			g.Expect(notes(pdb, "BudgetKept")(g)).To(ContainElement(And(
+				ContainSubstring("not relaxed although Deployment decoy is scaled down: "), ContainSubstring(db.kept))))
 			g.Consistently(func(g Gomega) *policyv1.PodDisruptionBudget { return live(pdb)(g) }).WithTimeout(5*time.Second).Should(And(
 				HaveField("Spec.MinAvailable", HaveValue(Equal(intstr.FromInt32(1)))),
 				Not(Satisfy(relaxed)),

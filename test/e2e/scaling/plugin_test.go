@@ -7,17 +7,23 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
@@ -95,6 +101,15 @@ func TestKubectlPhalanks(t *testing.T) {
 	g.Expect(admin.Create(ctx, report)).To(Succeed())
 	// A budget: not a kind the plugin lists, and no error either.
 	budget(t, team, "api", 1)
+	// What a thousand replicas save grows fast against the plugin's rounding (0.1
+	// pod-hours, 0.01 CPU- and GiB-hours): a workload paused before its first rollout,
+	// so that the Deployment controller starts none of its pods.
+	savingsNS := newNamespace(t, nil)
+	newDeploymentWith(t, savingsNS, "fleet", 1000, map[string]string{scaling.AnnotationDowntime: "always"}, func(d *appsv1.Deployment) {
+		d.Spec.Paused = true
+		d.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("1Gi")}
+	})
 	webReplicas := func(g Gomega) int32 { return ptr.Deref(live(web)(g).Spec.Replicas, -1) }
 	g.Eventually(webReplicas).WithTimeout(timeout).Should(BeEquivalentTo(0))
 	g.Eventually(func(g Gomega) int32 { return ptr.Deref(live(zoneless)(g).Spec.Replicas, -1) }).WithTimeout(timeout).Should(BeEquivalentTo(0),
@@ -132,11 +147,99 @@ func TestKubectlPhalanks(t *testing.T) {
 
 	t.Run("the savings the status prints are the operator's metrics", func(t *testing.T) {
 		g := NewWithT(t)
+		// The tenant's status above said 4 replicas held down in team.
 		g.Eventually(func() float64 { return metric(g, "phalanks_scaling_replicas_scaled_down", team, "Deployment") }).Should(Equal(4.0))
-		g.Expect(metric(g, "phalanks_scaling_pod_seconds_saved_total", team, "Deployment")).To(BeNumerically(">", 0))
-		g.Expect(metric(g, "phalanks_scaling_cpu_request_core_seconds_saved_total", team, "Deployment")).To(BeNumerically(">", 0))
 		g.Expect(live(web)(g).Annotations).To(And(
 			HaveKeyWithValue(scaling.AnnotationPodRequests, "cpu=250m,memory=128Mi"), HaveKey(scaling.AnnotationScaledDownAt)))
+
+		// fleet's 1,000 replicas of 0.5 CPU and 1 GiB, per second held down.
+		series := []struct {
+			metric              string
+			perSecond, halfUnit float64
+		}{
+			{"phalanks_scaling_pod_seconds_saved_total", 1000, 0.05},
+			{"phalanks_scaling_cpu_request_core_seconds_saved_total", 500, 0.005},
+			{"phalanks_scaling_memory_request_byte_seconds_saved_total", 1000 << 30, 0.005 * (1 << 30)},
+		}
+		read := func() []float64 {
+			var out []float64
+			for _, s := range series {
+				out = append(out, metric(g, s.metric, savingsNS, "Deployment"))
+			}
+			return out
+		}
+		// 20 s held down: a factor wrong in either count shows beyond the slack.
+		g.Eventually(func() float64 { return read()[0] }).WithTimeout(timeout).Should(BeNumerically(">=", 20*series[0].perSecond))
+		before := read()
+		r := asAdmin.run(t, "status", "-n", savingsNS, "--operator-namespace", operatorNS)
+		after := read()
+		g.Expect(r.code).To(Equal(0))
+		g.Expect(metric(g, "phalanks_scaling_replicas_scaled_down", savingsNS, "Deployment")).To(Equal(1000.0))
+		g.Expect(r.stdout).To(ContainSubstring("Scaled down now: 1000 replicas of 1 workload, requesting 500.00 CPU and 1000.00 GiB of memory."))
+		m := regexp.MustCompile(`Saved since each was scaled down: (\d+\.\d) pod-hours, (\d+\.\d\d) CPU-hours, (\d+\.\d\d) GiB-hours of memory requests\.`).
+			FindStringSubmatch(r.stdout)
+		g.Expect(m).To(HaveLen(4), "the savings line")
+		// The plugin's instant lies between the two reads of the metrics. It counts from
+		// scaled-down-at, which the operator stamps (to the second) when it decides; the
+		// metrics count from when it has written the scale-down: a few seconds at most.
+		const recordSlack = 5 * time.Second
+		for i, s := range series {
+			printed, err := strconv.ParseFloat(m[i+1], 64)
+			g.Expect(err).NotTo(HaveOccurred())
+			if i == 2 {
+				printed *= 1 << 30 // GiB-hours
+			}
+			g.Expect(printed*3600).To(BeNumerically(">=", before[i]-s.halfUnit*3600), "%s: status printed %s, the metric said %.0f before", s.metric, m[i+1], before[i])
+			g.Expect(printed*3600).To(BeNumerically("<=", after[i]+s.halfUnit*3600+s.perSecond*recordSlack.Seconds()),
+				"%s: status printed %s, the metric said %.0f after", s.metric, m[i+1], after[i])
+		}
+	})
+
+	t.Run("status shows overrides, grace periods, exclusions and next transitions in TZ's zone", func(t *testing.T) {
+		g := NewWithT(t)
+		ns := newNamespace(t, nil)
+		grantEdit(t, ns, "tenant")
+		now := time.Now()
+		spec, end := downtimeForAnHour()
+		downtimeEnd, err := time.Parse(time.RFC3339, end)
+		g.Expect(err).NotTo(HaveOccurred())
+
+		held := newDeployment(t, ns, "held", 3, map[string]string{scaling.AnnotationDowntime: spec})
+		g.Eventually(func(g Gomega) *appsv1.Deployment { return live(held)(g) }).WithTimeout(timeout).Should(And(
+			HaveField("Spec.Replicas", HaveValue(BeEquivalentTo(0))),
+			HaveField("Annotations", HaveKeyWithValue(scaling.AnnotationNextTransition, end))))
+		g.Expect(admin.SubResource("scale").Patch(ctx, held, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":2}}`)),
+			client.WithSubResourceBody(&autoscalingv1.Scale{}), client.FieldOwner("kubectl"))).To(Succeed())
+		g.Eventually(notes(held, scaling.ReasonManualOverride)).WithTimeout(timeout).ShouldNot(BeEmpty())
+
+		newDeployment(t, ns, "fresh", 2, map[string]string{scaling.AnnotationDowntime: spec, scaling.AnnotationGracePeriod: "1h"})
+		exclusionEnd := now.Add(3 * time.Hour).UTC().Truncate(time.Second)
+		newDeployment(t, ns, "exempt", 2, map[string]string{scaling.AnnotationDowntime: spec,
+			scaling.AnnotationExcludeUntil: exclusionEnd.Format(time.RFC3339)})
+		// A one-minute downtime in Tokyo three hours from now: the plugin, in Berlin, shows
+		// its start in Berlin's time.
+		tokyo, err := time.LoadLocation("Asia/Tokyo")
+		g.Expect(err).NotTo(HaveOccurred())
+		downtimeStart := now.Add(3 * time.Hour).Truncate(time.Minute)
+		from, to := downtimeStart.In(tokyo).Format("15:04"), downtimeStart.Add(time.Minute).In(tokyo).Format("15:04")
+		if to == "00:00" {
+			to = "24:00"
+		}
+		newDeployment(t, ns, "tokyo", 1, map[string]string{scaling.AnnotationDowntime: "Mon-Sun " + from + "-" + to + " Asia/Tokyo"})
+
+		berlin, err := time.LoadLocation("Europe/Berlin")
+		g.Expect(err).NotTo(HaveOccurred())
+		inBerlin := func(t time.Time) string { return regexp.QuoteMeta(t.In(berlin).Format("Mon 2006-01-02 15:04 MST")) }
+		r := asTenant.run(t, "status", "-n", ns, "--operator-namespace", operatorNS)
+		g.Expect(r.code).To(Equal(0))
+		g.Expect(lines(r.stdout)).To(ContainElements(
+			MatchRegexp(`^Deployment +held +override +2 +3 +`+inBerlin(downtimeEnd)+` \(in \d+m\) +`+
+				`replicas changed to 2 during the downtime: kept until the next transition at `+end+`, then 3 are restored$`),
+			MatchRegexp(`^Deployment +fresh +grace +2 +- +`+inBerlin(downtimeEnd)+` \(in \d+m\) +`+
+				`in downtime, but created less than 1h0m0s ago; scaling down at \S+ at the earliest$`),
+			MatchRegexp(`^Deployment +exempt +excluded +2 +- +`+inBerlin(exclusionEnd)+` \(in 2h\d+m\) +excluded \(exclude or exclude-until\)$`),
+			MatchRegexp(`^Deployment +tokyo +up +1 +- +`+inBerlin(downtimeStart)+` \(in 2h\d+m\) +uptime \(schedule of the object\)$`),
+		))
 	})
 
 	t.Run("wake one workload, then sleep it, then end the sleep", func(t *testing.T) {
