@@ -62,6 +62,7 @@ func connect(p *Proxy, target string) error {
 	if err != nil {
 		return err
 	}
+	_ = resp.Body.Close() // a CONNECT answer has none: the tunnel follows
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("CONNECT %s: %s", target, resp.Status)
 	}
