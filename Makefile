@@ -434,16 +434,26 @@ TOOLS_scorecard-image-build := gen
 TOOLS_scorecard-image-push := gen
 
 # tools-for-<target> builds (or links from the cache) the sets of TOOLS_<target> in one
-# go, so a first run prints one plan with every set it is about to build.
+# go, so a first run prints one plan with every set it is about to build, then installs
+# the Debian commands the target runs.
 tools-for-%:
 	@hack/tools/build.sh $(or $(TOOLS_$*),$(error no TOOLS_$* in the Makefile))
-	$(if $(filter node,$(TOOLS_$*)),@hack/tools/apt.sh $(NODE_PACKAGES))
+	$(if $(strip $(call debian_packages,$*)),@hack/tools/apt.sh $(call debian_packages,$*))
+
+# The commands from Debian (command=package) a target runs, installed when missing: the
+# real node's for the targets that run one, and the target's own DEBIAN_<target>.
+debian_packages = $(if $(filter node,$(TOOLS_$1)),$(NODE_PACKAGES)) $(DEBIAN_$1)
 
 # The real node's commands from Debian (command=package), installed when missing: runc
 # (containerd runs pods with it), iptables (kube-proxy, the CNI portmap plugin), ip (the
 # node's network namespace), a static busybox (the images that stand in for OLM's util
 # image and operator-sdk scorecard's untar image).
 NODE_PACKAGES := runc=runc iptables=iptables ip=iproute2 busybox=busybox-static
+
+# tinyproxy is the egress proxy of the StorageBucket e2e suite (test/harness/tinyproxy),
+# which both targets run.
+DEBIAN_test := tinyproxy=tinyproxy
+DEBIAN_test-k8s-versions := tinyproxy=tinyproxy
 
 .PHONY: tools
 tools: ## Build every default tool set into the per-machine cache (hack/tools/build.sh).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that provide commands the real node needs, when a command
 # is missing: runc (containerd runs pods with it), iptables (kube-proxy and the CNI portmap
-# plugin), ip (the node's network namespace), and others a target names (yamllint).
+# plugin), ip (the node's network namespace), and others a target names (yamllint, the
+# test suites' tinyproxy).
 #
 #   hack/tools/apt.sh command=package ...
 set -euo pipefail

@@ -2,6 +2,11 @@
 // form and CONNECT tunnels, as an egress proxy set in HTTP_PROXY/HTTPS_PROXY serves
 // them. It resolves names by its own table, so a test can have names that only the
 // proxy knows, and it counts what it was asked.
+//
+// It runs in the test process for unit tests (internal/s3probe's) that a plain
+// `go test` runs on any machine. A real proxy with names of its own needs Debian's
+// tinyproxy and a mount namespace (test/harness/tinyproxy); the StorageBucket e2e suite
+// checks the same rules with the manager binary behind that one.
 package fwdproxy
 
 import (
