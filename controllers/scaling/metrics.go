@@ -29,17 +29,17 @@ var (
 		"Replicas the operator has saved in original-replicas annotations and will restore, by workload kind.",
 		[]string{"kind"}, nil)
 	scaledDownDesc = prometheus.NewDesc("phalanks_scaling_replicas_scaled_down",
-		"Replicas held below their saved count now, by namespace and workload kind (kinds with a replica count).",
-		[]string{"namespace", "kind"}, nil)
+		"Replicas held below their saved count now, by the workload's namespace and kind (kinds with a replica count).",
+		[]string{"workload_namespace", "kind"}, nil)
 	podSecondsDesc = prometheus.NewDesc("phalanks_scaling_pod_seconds_saved_total",
-		"Replicas held below their saved count, integrated over time, by namespace and workload kind.",
-		[]string{"namespace", "kind"}, nil)
+		"Replicas held below their saved count, integrated over time, by the workload's namespace and kind.",
+		[]string{"workload_namespace", "kind"}, nil)
 	cpuSecondsDesc = prometheus.NewDesc("phalanks_scaling_cpu_request_core_seconds_saved_total",
-		"CPU requests (cores) of the pods not running, integrated over time, from the pod template at the scale-down, by namespace and workload kind.",
-		[]string{"namespace", "kind"}, nil)
+		"CPU requests (cores) of the pods not running, integrated over time, from the pod template at the scale-down, by the workload's namespace and kind.",
+		[]string{"workload_namespace", "kind"}, nil)
 	memorySecondsDesc = prometheus.NewDesc("phalanks_scaling_memory_request_byte_seconds_saved_total",
-		"Memory requests (bytes) of the pods not running, integrated over time, from the pod template at the scale-down, by namespace and workload kind.",
-		[]string{"namespace", "kind"}, nil)
+		"Memory requests (bytes) of the pods not running, integrated over time, from the pod template at the scale-down, by the workload's namespace and kind.",
+		[]string{"workload_namespace", "kind"}, nil)
 )
 
 // tracked holds the last decision per workload for the gauges, the savings and for

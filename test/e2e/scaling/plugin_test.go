@@ -404,7 +404,7 @@ func metric(g Gomega, name, namespace, kind string) float64 {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["namespace"] == namespace && labels["kind"] == kind {
+			if labels["workload_namespace"] == namespace && labels["kind"] == kind {
 				if m.GetCounter() != nil {
 					return m.GetCounter().GetValue()
 				}
