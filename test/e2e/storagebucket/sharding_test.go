@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
@@ -55,6 +56,10 @@ func threeReplicas(serverSide bool) {
 		}
 
 		By("converging on one owner per bucket, and staying there")
+		// Until every replica joined and the slots settled, a bucket handed over is held
+		// by nobody until its new owner's first probe: the ring first, then the owners.
+		Eventually(func() error { return ringSettled(c, len(managers)) }).
+			WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 		Eventually(func() error { return exactlyOneOwner(managers, names) }).
 			WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 		for range 10 {
@@ -151,6 +156,39 @@ func (m *manager) owned() map[string]bool {
 		}
 	}
 	return out
+}
+
+// ringSettled checks that the StorageBucket ring has n members and each works on
+// exactly the slots sharding.Assign gives it among them, with no slot it claims
+// besides (none pending, none draining): no slot will change hands any more.
+func ringSettled(c client.Client, n int) error {
+	leases := &coordinationv1.LeaseList{}
+	if err := c.List(context.Background(), leases, client.InNamespace("phalanks-system"),
+		client.MatchingLabels{sharding.RingLabel: "phalanks-storagebuckets"}); err != nil {
+		return err
+	}
+	var members []string
+	slots := map[string]string{}
+	for _, l := range leases.Items {
+		if l.Spec.HolderIdentity == nil {
+			continue
+		}
+		id := *l.Spec.HolderIdentity
+		members = append(members, id)
+		if works, claims := l.Annotations[sharding.SlotsAnnotation], l.Annotations[sharding.ClaimsAnnotation]; works != claims {
+			return fmt.Errorf("%s works on %s and claims %s", id, works, claims)
+		}
+		slots[id] = l.Annotations[sharding.SlotsAnnotation]
+	}
+	if len(members) != n {
+		return fmt.Errorf("%d members in the ring, want %d", len(members), n)
+	}
+	for id, want := range sharding.Assign(members) {
+		if slots[id] != want.String() {
+			return fmt.Errorf("%s works on %s, its share is %s", id, slots[id], want)
+		}
+	}
+	return nil
 }
 
 // exactlyOneOwner checks that each bucket is held by exactly one of the managers.
