@@ -449,8 +449,10 @@ NODE_PACKAGES := runc=runc iptables=iptables ip=iproute2 busybox=busybox-static
 tools: ## Build every default tool set into the per-machine cache (hack/tools/build.sh).
 	hack/tools/build.sh
 
-# tools-<set> builds one set; tools-olm builds both OLM sets (olm and opm).
-TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni krew prometheus prometheus-operator olmv1 $(filter-out kube,$(KUBE_VERSIONS))
+# tools-<set> builds one set, for every set hack/tools/build.sh knows (test/makefile checks
+# it); tools-olm builds both OLM sets (olm and opm), tools-node the node with containerd
+# and the CNI plugins.
+TOOL_SETS := gen lint kube kubectl kwok minio sdk opm peers containerd cni krew prometheus prometheus-operator olmv1 $(filter-out kube,$(KUBE_VERSIONS))
 .PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*
