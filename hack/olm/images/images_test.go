@@ -32,6 +32,7 @@ import (
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 	"github.com/phalanks/phalanks-operator/hack/olm/catalog"
 	"github.com/phalanks/phalanks-operator/hack/olm/images"
+	"github.com/phalanks/phalanks-operator/hack/olm/internal/bundletest"
 	"github.com/phalanks/phalanks-operator/hack/olm/validate"
 	"github.com/phalanks/phalanks-operator/internal/imagebuild"
 )
@@ -206,7 +207,7 @@ func requireDigestBundleValidates(ctx context.Context, t *testing.T, p images.Pa
 	}
 
 	t.Setenv("OPERATOR_BUNDLE_CATEGORIES", "")
-	r, err := validate.Bundle(ctx, dir, map[string]string{"k8s-version": "1.36"})
+	r, err := validate.Bundle(ctx, dir, map[string]string{"k8s-version": bundletest.NewestKubernetes(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

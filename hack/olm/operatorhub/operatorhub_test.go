@@ -11,13 +11,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
+	"github.com/phalanks/phalanks-operator/hack/olm/internal/bundletest"
 	"github.com/phalanks/phalanks-operator/hack/olm/operatorhub"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
-
-// newestKubernetes is the newest Kubernetes version the operator supports (make
-// operatorhub's OPERATORHUB_K8S_VERSION).
-const newestKubernetes = "1.36"
 
 var (
 	layoutOnce sync.Once
@@ -32,10 +29,11 @@ func layout(t *testing.T) operatorhub.Options {
 	if err != nil {
 		t.Fatal(err)
 	}
+	newest := bundletest.NewestKubernetes(t)
 	layoutOnce.Do(func() {
 		layoutDir, layoutErr = os.MkdirTemp("", "operatorhub-layout-")
 		if layoutErr == nil {
-			layoutErr = operatorhub.Layout(t.Context(), operatorhub.Options{Root: root, Out: layoutDir, KubernetesVersion: newestKubernetes})
+			layoutErr = operatorhub.Layout(t.Context(), operatorhub.Options{Root: root, Out: layoutDir, KubernetesVersion: newest})
 		}
 	})
 	if layoutErr != nil {
@@ -45,7 +43,7 @@ func layout(t *testing.T) operatorhub.Options {
 	if err := os.CopyFS(out, os.DirFS(layoutDir)); err != nil {
 		t.Fatal(err)
 	}
-	return operatorhub.Options{Root: root, Out: out, KubernetesVersion: newestKubernetes}
+	return operatorhub.Options{Root: root, Out: out, KubernetesVersion: newest}
 }
 
 func TestMain(m *testing.M) {

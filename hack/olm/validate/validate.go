@@ -28,7 +28,7 @@ func (r Report) OK() bool { return len(r.Errors) == 0 && len(r.Warnings) == 0 }
 // Bundle runs `operator-sdk bundle validate DIR --select-optional
 // suite=operatorframework` (the default validators, then OperatorHub's) on the bundle
 // directory dir and returns its findings in the CLI's own words. optionalValues become
-// --optional-values (e.g. "k8s-version": "1.36").
+// --optional-values (e.g. "k8s-version": "1.37").
 func Bundle(ctx context.Context, dir string, optionalValues map[string]string) (Report, error) {
 	return Run(ctx, dir, "suite=operatorframework", optionalValues)
 }
