@@ -15,9 +15,9 @@ IMAGE_LAYOUT ?= $(BIN)/images
 IMAGES_PUSH ?= false
 # Plain HTTP to registries that have no TLS (loopback and private addresses always get it).
 REGISTRY_PLAIN_HTTP ?= false
-# Pin every image the bundle names by the digest its registry holds (operator-sdk
-# generate bundle --use-image-digests); the images must have been pushed (make
-# docker-push scorecard-image-push).
+# Pin every image the bundle's manifests name (the CSV's; the scorecard configuration
+# keeps its tags) by the digest its registry holds (operator-sdk generate bundle
+# --use-image-digests); the images must have been pushed (make docker-push).
 USE_IMAGE_DIGESTS ?= false
 
 # The bundle's channels, as operator-sdk's go/v4 Makefile names them.
