@@ -1,6 +1,7 @@
 // Package validate runs `operator-sdk bundle validate` on a bundle directory, as users
 // and OperatorHub's pipelines do, and checks what operator-sdk cannot: that the CSV's
-// platform labels and node affinity match the images it names (MultiArch).
+// platform labels and node affinity match the images it names (MultiArch), and that a
+// bundle made with USE_IMAGE_DIGESTS=true names every image by digest (Pinned).
 package validate
 
 import (
