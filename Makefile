@@ -15,9 +15,9 @@ IMAGE_LAYOUT ?= $(BIN)/images
 IMAGES_PUSH ?= false
 # Plain HTTP to registries that have no TLS (loopback and private addresses always get it).
 REGISTRY_PLAIN_HTTP ?= false
-# Pin every image the bundle names by the digest its registry holds (operator-sdk
-# generate bundle --use-image-digests); the images must have been pushed (make
-# docker-push scorecard-image-push).
+# Pin every image the bundle's manifests name (the CSV's; the scorecard configuration
+# keeps its tags) by the digest its registry holds (operator-sdk generate bundle
+# --use-image-digests); the images must have been pushed (make docker-push).
 USE_IMAGE_DIGESTS ?= false
 
 # The bundle's channels, as operator-sdk's go/v4 Makefile names them.
@@ -459,8 +459,10 @@ DEBIAN_test-k8s-versions := tinyproxy=tinyproxy
 tools: ## Build every default tool set into the per-machine cache (hack/tools/build.sh).
 	hack/tools/build.sh
 
-# tools-<set> builds one set; tools-olm builds both OLM sets (olm and opm).
-TOOL_SETS := gen lint kube kubectl kwok minio opm peers containerd cni krew prometheus prometheus-operator olmv1 $(filter-out kube,$(KUBE_VERSIONS))
+# tools-<set> builds one set, for every set hack/tools/build.sh knows (test/makefile checks
+# it); tools-olm builds both OLM sets (olm and opm), tools-node the node with containerd
+# and the CNI plugins.
+TOOL_SETS := gen lint kube kubectl kwok minio sdk opm peers containerd cni krew prometheus prometheus-operator olmv1 $(filter-out kube,$(KUBE_VERSIONS))
 .PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*

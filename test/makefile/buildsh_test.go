@@ -102,3 +102,34 @@ func TestToolBuildFailureSaysWhatFailedAndCachesNothing(t *testing.T) {
 		t.Errorf("a cached set was built again (err %v):\n%s", err, out)
 	}
 }
+
+// A failed build tells the reader to retry with `make tools-<set>`, and docs/development.md
+// gives that command for every set: each set build.sh knows needs a make target that
+// builds it (tools-olm and tools-node build their set together with its companions).
+func TestEveryToolSetHasAMakeTarget(t *testing.T) {
+	root, err := tools.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets, _, err := toolSets(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for set := range sets {
+		t.Run(set, func(t *testing.T) {
+			lines, err := dryRun(root, "", "tools-"+set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range lines {
+				for _, words := range commands(line) {
+					words = program(words)
+					if len(words) > 0 && strings.HasSuffix(words[0], "hack/tools/build.sh") && contains(words[1:], set) {
+						return
+					}
+				}
+			}
+			t.Errorf("make tools-%s does not run hack/tools/build.sh with set %s; it runs:\n%s", set, set, strings.Join(lines, "\n"))
+		})
+	}
+}

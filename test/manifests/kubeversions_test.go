@@ -59,7 +59,8 @@ func minKubeVersion(t *testing.T, path string) string {
 
 // The versions the CSV, the README, the versions page and the OperatorHub checks claim
 // are the versions the suites run on: minKubeVersion is the oldest one, OperatorHub's
-// validators check against the newest, and the docs name both ends.
+// validators check against the newest (the Makefile's OPERATORHUB_K8S_VERSION, which
+// hack/olm's tests read too, and docs/olm.md's k8s-version), and the docs name both ends.
 func TestClaimedKubernetesVersionsAreTheTestedOnes(t *testing.T) {
 	root, err := tools.RepoRoot()
 	if err != nil {
@@ -81,6 +82,16 @@ func TestClaimedKubernetesVersionsAreTheTestedOnes(t *testing.T) {
 	if m := regexp.MustCompile(`(?m)^OPERATORHUB_K8S_VERSION \?= (\S+)$`).FindSubmatch(makefile); m == nil || string(m[1]) != newest {
 		t.Errorf("the Makefile's OPERATORHUB_K8S_VERSION (the Kubernetes OperatorHub's validators check against) is %q, "+
 			"not %s, the newest version the suites run on", m, newest)
+	}
+	// docs/olm.md names the version the OperatorHub checks and tests pass to operator-sdk.
+	olmDoc, err := os.ReadFile(filepath.Join(root, "docs", "olm.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`k8s-version=(1\.\d+)`).FindAllSubmatch(olmDoc, -1) {
+		if string(m[1]) != newest {
+			t.Errorf("docs/olm.md says %q, but the OperatorHub checks run with k8s-version=%s, the newest version the suites run on", m[0], newest)
+		}
 	}
 	claim := "Kubernetes " + oldest + " to " + newest
 	for _, doc := range []string{"README.md", "docs/kubernetes-versions.md"} {

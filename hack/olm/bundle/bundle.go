@@ -65,8 +65,10 @@ type Params struct {
 	Version string
 	// Image is IMG, the manager image; ScorecardImage is SCORECARD_TEST_IMG.
 	Image, ScorecardImage string
-	// UseImageDigests is USE_IMAGE_DIGESTS: operator-sdk pins both images by the digest
-	// their registries hold.
+	// UseImageDigests is USE_IMAGE_DIGESTS: operator-sdk pins the images the manifests
+	// name (the manager's, in the CSV's Deployment, relatedImages and containerImage) by
+	// the digest their registries hold. It does not pin the scorecard configuration:
+	// ScorecardImage stays named by tag there.
 	UseImageDigests bool
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	apimanifests "github.com/operator-framework/api/pkg/manifests"
+	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	"github.com/operator-framework/operator-registry/alpha/declcfg"
 	"github.com/operator-framework/operator-registry/pkg/api"
 	"github.com/sirupsen/logrus"
@@ -32,6 +33,7 @@ import (
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 	"github.com/phalanks/phalanks-operator/hack/olm/catalog"
 	"github.com/phalanks/phalanks-operator/hack/olm/images"
+	"github.com/phalanks/phalanks-operator/hack/olm/internal/bundletest"
 	"github.com/phalanks/phalanks-operator/hack/olm/validate"
 	"github.com/phalanks/phalanks-operator/internal/imagebuild"
 )
@@ -161,9 +163,12 @@ func TestImagesBuildPushAndPullBack(t *testing.T) {
 }
 
 // requireDigestBundleValidates runs `make bundle USE_IMAGE_DIGESTS=true` against the
-// images in the registry, and requires the operator-sdk to have pinned the manager and
-// scorecard-test images by the digests pushed, and the operatorframework suite and the
-// multiarch rules (against the images in the registry) to report nothing.
+// images in the registry, and requires operator-sdk to have pinned the manager image by
+// the digest pushed wherever the CSV names it (the scorecard configuration keeps the
+// custom tests' image by tag: operator-sdk pins the manifests only), validate.Pinned and
+// the operatorframework suite and the multiarch rules (against the images in the
+// registry) to report nothing, and validate.Pinned to reject a copy of that bundle with a
+// related image by tag.
 func requireDigestBundleValidates(ctx context.Context, t *testing.T, p images.Params, operatorTag, scorecardTag string, all map[string]*built) {
 	dir, err := bundle.Generate(ctx, p.Root, t.TempDir(), bundle.Params{
 		Version: p.Version, Image: operatorTag, ScorecardImage: scorecardTag, UseImageDigests: true,
@@ -206,7 +211,7 @@ func requireDigestBundleValidates(ctx context.Context, t *testing.T, p images.Pa
 	}
 
 	t.Setenv("OPERATOR_BUNDLE_CATEGORIES", "")
-	r, err := validate.Bundle(ctx, dir, map[string]string{"k8s-version": "1.36"})
+	r, err := validate.Bundle(ctx, dir, map[string]string{"k8s-version": bundletest.NewestKubernetes(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,9 +232,31 @@ func requireDigestBundleValidates(ctx context.Context, t *testing.T, p images.Pa
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Errors, r.Warnings = append(r.Errors, m.Errors...), append(r.Warnings, m.Warnings...)
+	pinnedReport, err := validate.Pinned(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Errors, r.Warnings = slices.Concat(r.Errors, m.Errors, pinnedReport.Errors), slices.Concat(r.Warnings, m.Warnings, pinnedReport.Warnings)
 	if !r.OK() {
 		t.Errorf("validators on the bundle by digest:\nerrors: %v\nwarnings: %v", r.Errors, r.Warnings)
+	}
+
+	// The same bundle with one image by tag, here the custom scorecard tests' image added to
+	// relatedImages as the scorecard configuration names it, fails validate.Pinned.
+	tagged := filepath.Join(t.TempDir(), "bundle")
+	if err := os.CopyFS(tagged, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	bundletest.EditCSV(t, tagged, func(c *operatorsv1alpha1.ClusterServiceVersion) {
+		c.Spec.RelatedImages = append(c.Spec.RelatedImages, operatorsv1alpha1.RelatedImage{Name: "scorecard-tests", Image: scorecardTag})
+	})
+	unpinned, err := validate.Pinned(tagged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(unpinned.Errors) != 1 || !strings.Contains(unpinned.Errors[0], `relatedImages entry "scorecard-tests" names the image "`+scorecardTag+`"`) {
+		t.Errorf("a bundle by digest with the related image %s by tag: want validate.Pinned's one error naming it, got\nerrors: %v\nwarnings: %v",
+			scorecardTag, unpinned.Errors, unpinned.Warnings)
 	}
 }
 

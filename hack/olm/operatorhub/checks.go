@@ -356,10 +356,11 @@ func networkPolicies(dir string) ([]string, error) {
 	return out, nil
 }
 
-// checkCatalogs checks each rendered catalog: opm validate (which also refuses dangling
-// bundles, missing replaces targets, loops and a channel with more than one head), no
-// embedded manifests (catalogs of OpenShift 4.17 and later refuse olm.bundle.object),
-// and that it is its template rendered from the layout's own bundle directories.
+// checkCatalogs checks each rendered catalog: opm validate (which refuses dangling
+// bundles, loops and a channel with more than one head), every replaces target present
+// in its channel, no embedded manifests (catalogs of OpenShift 4.17 and later refuse
+// olm.bundle.object), and that it is its template rendered from the layout's own bundle
+// directories.
 func checkCatalogs(ctx context.Context, out string, ci *CIConfig, vs []string) ([]Finding, error) {
 	var fs []Finding
 	for _, m := range ci.FBC.CatalogMapping {
@@ -371,13 +372,22 @@ func checkCatalogs(ctx context.Context, out string, ci *CIConfig, vs []string) (
 			if _, err := os.Stat(path); err != nil {
 				continue // reported with ci.yaml
 			}
-			if err := catalog.Validate(ctx, filepath.Join(out, "catalogs", name)); err != nil {
-				fs = append(fs, Finding{"opm validate", p, err.Error()})
-				continue
+			invalid := catalog.Validate(ctx, filepath.Join(out, "catalogs", name))
+			if invalid != nil {
+				fs = append(fs, Finding{"opm validate", p, invalid.Error()})
 			}
 			cfg, err := catalog.Load(ctx, filepath.Dir(path))
 			if err != nil {
+				if invalid != nil {
+					continue // opm validate said why it does not load
+				}
 				return nil, err
+			}
+			for _, msg := range missingReplaces(cfg) {
+				fs = append(fs, Finding{"replaces", p, msg})
+			}
+			if invalid != nil {
+				continue
 			}
 			for _, b := range cfg.Bundles {
 				if catalog.EmbedsObjects(&b) {
@@ -397,6 +407,29 @@ func checkCatalogs(ctx context.Context, out string, ci *CIConfig, vs []string) (
 		}
 	}
 	return fs, nil
+}
+
+// missingReplaces names every channel entry whose replaces target is not an entry of the
+// same channel. opm validate catches most of them only as a second channel head (the
+// entry the broken edge should have reached is then replaced by nothing), and not at all
+// at the tail of a replaces chain, which it allows to replace a bundle the catalog does
+// not hold (operator-registry's model.Channel.validateReplacesChain), or where the entry
+// left out is skipped by another. The layout's catalogs hold every release it has a
+// bundle directory for, so each edge must land on one of them.
+func missingReplaces(cfg *declcfg.DeclarativeConfig) []string {
+	var out []string
+	for _, ch := range cfg.Channels {
+		held := sets.New[string]()
+		for _, e := range ch.Entries {
+			held.Insert(e.Name)
+		}
+		for _, e := range ch.Entries {
+			if e.Replaces != "" && !held.Has(e.Replaces) {
+				out = append(out, fmt.Sprintf("channel %s: %s replaces %s, which the channel does not hold", ch.Name, e.Name, e.Replaces))
+			}
+		}
+	}
+	return out
 }
 
 // templateProblems renders the basic template as opm does, with the layout's bundle

@@ -11,13 +11,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
+	"github.com/phalanks/phalanks-operator/hack/olm/internal/bundletest"
 	"github.com/phalanks/phalanks-operator/hack/olm/operatorhub"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
-
-// newestKubernetes is the newest Kubernetes version the operator supports (make
-// operatorhub's OPERATORHUB_K8S_VERSION).
-const newestKubernetes = "1.36"
 
 var (
 	layoutOnce sync.Once
@@ -32,10 +29,11 @@ func layout(t *testing.T) operatorhub.Options {
 	if err != nil {
 		t.Fatal(err)
 	}
+	newest := bundletest.NewestKubernetes(t)
 	layoutOnce.Do(func() {
 		layoutDir, layoutErr = os.MkdirTemp("", "operatorhub-layout-")
 		if layoutErr == nil {
-			layoutErr = operatorhub.Layout(t.Context(), operatorhub.Options{Root: root, Out: layoutDir, KubernetesVersion: newestKubernetes})
+			layoutErr = operatorhub.Layout(t.Context(), operatorhub.Options{Root: root, Out: layoutDir, KubernetesVersion: newest})
 		}
 	})
 	if layoutErr != nil {
@@ -45,7 +43,7 @@ func layout(t *testing.T) operatorhub.Options {
 	if err := os.CopyFS(out, os.DirFS(layoutDir)); err != nil {
 		t.Fatal(err)
 	}
-	return operatorhub.Options{Root: root, Out: out, KubernetesVersion: newestKubernetes}
+	return operatorhub.Options{Root: root, Out: out, KubernetesVersion: newest}
 }
 
 func TestMain(m *testing.M) {
@@ -120,7 +118,7 @@ func TestTheChecksCatchBrokenSubmissions(t *testing.T) {
 			}
 			return docs
 		}), "opm validate", "not found in any channel entries"},
-		{"a replaces target the channel does not hold", editCatalog("v4.19", func(docs []map[string]any) []map[string]any {
+		{"a replaces target the channel does not hold, which leaves two channel heads", editCatalog("v4.19", func(docs []map[string]any) []map[string]any {
 			for _, d := range docs {
 				if d["schema"] == "olm.channel" {
 					d["entries"].([]any)[1].(map[string]any)["replaces"] = bundle.PackageName + ".v0.0.9"
@@ -175,6 +173,74 @@ func TestTheChecksCatchBrokenSubmissions(t *testing.T) {
 			}
 			t.Errorf("no %q finding containing %q; findings:\n%v", tc.check, tc.want, findings)
 		})
+	}
+}
+
+// TestAMissingReplacesTargetIsCaughtOnItsOwn breaks the replaces chain where opm validate
+// allows it: the oldest entry of every catalog, and of the template they are rendered
+// from, replaces a release the layout does not hold. The channel keeps exactly one head,
+// so only the replaces check can report it, once per catalog, and nothing else may.
+func TestAMissingReplacesTargetIsCaughtOnItsOwn(t *testing.T) {
+	const tail, missing = bundle.PackageName + ".v0.1.0", bundle.PackageName + ".v0.0.9"
+	o := layout(t)
+	catalogs, err := filepath.Glob(operatorhub.CatalogFile(o.Out, "*"))
+	if err != nil || len(catalogs) == 0 {
+		t.Fatalf("no catalogs in the layout (%v)", err)
+	}
+	breakChannel := func(entries []any) {
+		for _, e := range entries {
+			if e := e.(map[string]any); e["name"] == tail {
+				if e["replaces"] != nil {
+					t.Fatalf("%s already replaces %v; the test needs the chain's tail", tail, e["replaces"])
+				}
+				e["replaces"] = missing
+				return
+			}
+		}
+		t.Fatalf("no channel entry %s", tail)
+	}
+	for _, c := range catalogs {
+		name := filepath.Base(filepath.Dir(filepath.Dir(c)))
+		editCatalog(name, func(docs []map[string]any) []map[string]any {
+			for _, d := range docs {
+				if d["schema"] == "olm.channel" {
+					breakChannel(d["entries"].([]any))
+				}
+			}
+			return docs
+		})(t, o.Out)
+	}
+	tmplPath := filepath.Join(operatorhub.OperatorDir(o.Out), "catalog-templates", operatorhub.TemplateName)
+	var tmpl map[string]any
+	if err := yaml.Unmarshal([]byte(read(t, tmplPath)), &tmpl); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range tmpl["entries"].([]any) {
+		if d := d.(map[string]any); d["schema"] == "olm.channel" {
+			breakChannel(d["entries"].([]any))
+		}
+	}
+	data, err := yaml.Marshal(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, tmplPath, "---\n"+string(data))
+
+	findings, err := operatorhub.Check(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tail + " replaces " + missing + ", which the channel does not hold"
+	caught := 0
+	for _, f := range findings {
+		if f.Check == "replaces" && strings.Contains(f.Message, want) {
+			caught++
+			continue
+		}
+		t.Errorf("a finding besides the replaces check's: %s", f)
+	}
+	if caught != len(catalogs) {
+		t.Errorf("want the replaces finding %q once for each of the %d catalogs, got it %d times; findings:\n%v", want, len(catalogs), caught, findings)
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package validate runs `operator-sdk bundle validate` on a bundle directory, as users
 // and OperatorHub's pipelines do, and checks what operator-sdk cannot: that the CSV's
-// platform labels and node affinity match the images it names (MultiArch).
+// platform labels and node affinity match the images it names (MultiArch), and that a
+// bundle made with USE_IMAGE_DIGESTS=true names every image by digest (Pinned).
 package validate
 
 import (
@@ -28,7 +29,7 @@ func (r Report) OK() bool { return len(r.Errors) == 0 && len(r.Warnings) == 0 }
 // Bundle runs `operator-sdk bundle validate DIR --select-optional
 // suite=operatorframework` (the default validators, then OperatorHub's) on the bundle
 // directory dir and returns its findings in the CLI's own words. optionalValues become
-// --optional-values (e.g. "k8s-version": "1.36").
+// --optional-values (e.g. "k8s-version": "1.37").
 func Bundle(ctx context.Context, dir string, optionalValues map[string]string) (Report, error) {
 	return Run(ctx, dir, "suite=operatorframework", optionalValues)
 }

@@ -2,7 +2,7 @@
 // get for this operator and runs their pipelines' static checks on it (make operatorhub);
 // any finding fails.
 //
-//	operatorhub --out DIR --k8s-version 1.36
+//	operatorhub --out DIR --k8s-version 1.37
 package main
 
 import (

@@ -1,10 +1,11 @@
 // Package bundletest gives tests a private copy of the repository's bundle directory to
-// break on purpose.
+// break on purpose, and the Kubernetes version the bundle is validated against.
 package bundletest
 
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
@@ -58,4 +59,25 @@ func EditCSV(t testing.TB, dir string, edit func(csv *operatorsv1alpha1.ClusterS
 	if err := os.WriteFile(CSVPath(dir), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// NewestKubernetes returns the newest Kubernetes minor version the operator supports, as
+// the Makefile's OPERATORHUB_K8S_VERSION gives it to make operatorhub ("1.37"), so the
+// tests validate against what the target does. test/manifests checks that value is the
+// version the suites run on.
+func NewestKubernetes(t testing.TB) string {
+	t.Helper()
+	root, err := tools.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^OPERATORHUB_K8S_VERSION \?= (1\.\d+)$`).FindSubmatch(makefile)
+	if m == nil {
+		t.Fatal("the Makefile sets no OPERATORHUB_K8S_VERSION ?= 1.<minor>")
+	}
+	return string(m[1])
 }
