@@ -3,7 +3,7 @@ package storagebucket
 import (
 	"context"
 	"fmt"
-	"strconv"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,10 +25,24 @@ type inputs struct {
 	host, key string
 	// fingerprint changes whenever a referenced object or the adopt annotation
 	// changes, so a changed input is probed at once.
-	fingerprint string
+	fingerprint fingerprint
 	// failure says why the inputs are not usable (SecretNotFound, SecretNotLabeled,
 	// SecretKeyMissing, CABundleNotFound, InvalidCABundle); nil when they are.
 	failure *taxonomy.Failure
+}
+
+// fingerprint identifies what a probe's inputs were made of: the adopt annotation and
+// the version of each referenced object, or that it was missing or not labelled. It is
+// comparable, and made without allocating: every pass makes one.
+type fingerprint struct {
+	adopt      string
+	ca, secret refVersion
+}
+
+// refVersion is what a read of a referenced object found.
+type refVersion struct {
+	resourceVersion string
+	state           refState
 }
 
 // refReader reads the data of referenced Secrets and ConfigMaps without keeping them in
@@ -62,6 +76,10 @@ type refData struct {
 	values          map[string][]byte
 	// gone is set when the object was deleted; the values are what it held last.
 	gone bool
+	// creds is the key pair last made of values, and the keys it was made of: every
+	// probe of every StorageBucket that uses the Secret takes the same one.
+	creds            *s3probe.Credentials
+	idKey, secretKey string
 }
 
 // refState is what a read found.
@@ -82,6 +100,7 @@ func (r *refReader) read(ctx context.Context, key refKey, remembered bool) (map[
 	if err != nil {
 		return nil, "", refNotFound, err
 	}
+	defer releaseMetadata(meta)
 	r.mu.Lock()
 	cached, ok := r.data[key]
 	r.mu.Unlock()
@@ -119,11 +138,12 @@ func (r *refReader) read(ctx context.Context, key refKey, remembered bool) (map[
 	return values, rv, refFound, nil
 }
 
-// metadata returns the object's metadata, or nil when it does not exist. The informer
-// may lag an object created a moment ago, and the Secret informer does not hold Secrets
-// without the label: then the API server is asked for the metadata alone.
+// metadata returns the object's metadata, or nil when it does not exist; give it back
+// with releaseMetadata. The informer may lag an object created a moment ago, and the
+// Secret informer does not hold Secrets without the label: then the API server is asked
+// for the metadata alone.
 func (r *refReader) metadata(ctx context.Context, key refKey) (*metav1.PartialObjectMetadata, error) {
-	meta := &metav1.PartialObjectMetadata{}
+	meta := metadataShells.Get().(*metav1.PartialObjectMetadata)
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(key.kind))
 	informer := r.configMaps
 	if key.kind == kindSecret {
@@ -131,17 +151,32 @@ func (r *refReader) metadata(ctx context.Context, key refKey) (*metav1.PartialOb
 	}
 	err := informer.Get(ctx, key.NamespacedName, meta, client.UnsafeDisableDeepCopy)
 	if apierrors.IsNotFound(err) {
+		// A fresh struct: the informer's answer may share the cache's own maps.
+		releaseMetadata(meta)
 		meta = &metav1.PartialObjectMetadata{}
 		meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(key.kind))
 		err = r.api.Get(ctx, key.NamespacedName, meta)
 	}
 	switch {
 	case apierrors.IsNotFound(err):
+		releaseMetadata(meta)
 		return nil, nil
 	case err != nil:
+		releaseMetadata(meta)
 		return nil, fmt.Errorf("get %s metadata: %w", key.kind, err)
 	}
 	return meta, nil
+}
+
+// metadataShells are the structs referenced objects' metadata is read into, one per
+// pass and reference: the informer's answer is a shallow copy of its own object.
+var metadataShells = sync.Pool{New: func() any { return &metav1.PartialObjectMetadata{} }}
+
+func releaseMetadata(meta *metav1.PartialObjectMetadata) {
+	if meta != nil {
+		*meta = metav1.PartialObjectMetadata{}
+		metadataShells.Put(meta)
+	}
 }
 
 // fetch reads the object's data from the API server. A Secret that lost its label
@@ -195,12 +230,32 @@ func (r *refReader) use(uid types.UID, keys []refKey) {
 	if r.usedBy == nil {
 		r.usedBy, r.users = map[types.UID][]refKey{}, map[refKey]int{}
 	}
-	before := r.usedBy[uid]
-	r.usedBy[uid] = keys
+	before, known := r.usedBy[uid]
+	if known && slices.Equal(before, keys) {
+		return // the same as the last pass: almost every pass
+	}
+	r.usedBy[uid] = slices.Clone(keys)
 	for _, k := range keys {
 		r.users[k]++
 	}
 	r.leaveLocked(before)
+}
+
+// credentials returns the key pair under idKey and secretKey of the object's values read
+// at resourceVersion rv, made once per version and keys.
+func (r *refReader) credentials(key refKey, rv, idKey, secretKey string, values map[string][]byte) *s3probe.Credentials {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, ok := r.data[key]
+	if ok && d.resourceVersion == rv && d.creds != nil && d.idKey == idKey && d.secretKey == secretKey {
+		return d.creds
+	}
+	creds := &s3probe.Credentials{AccessKeyID: string(values[idKey]), SecretAccessKey: string(values[secretKey])}
+	if ok && d.resourceVersion == rv {
+		d.creds, d.idKey, d.secretKey = creds, idKey, secretKey
+		r.data[key] = d
+	}
+	return creds
 }
 
 // release forgets a StorageBucket's references and drops the data nobody uses any more.
@@ -249,9 +304,10 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 		Region:     sb.Spec.Region,
 		Addressing: s3probe.Addressing(sb.Spec.AddressingStyle),
 	}}
-	in.host, in.key = in.endpoint.HostAndKey()
-	fp := "adopt=" + sb.Annotations[phalanksv1beta1.AnnotationAdopt]
-	var used []refKey
+	in.host, in.key = r.prober.Pool.HostAndKey(in.endpoint.URL)
+	fp := fingerprint{adopt: sb.Annotations[phalanksv1beta1.AnnotationAdopt]}
+	var refs [2]refKey // a StorageBucket references at most a CA bundle and a Secret
+	used := refs[:0]
 	defer func() { r.refs.use(sb.UID, used) }()
 	if ref := sb.Spec.CABundle; ref != nil {
 		key, name, kind := caRef(sb)
@@ -261,7 +317,7 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 		if err != nil {
 			return in, err
 		}
-		fp += ";ca=" + rv + "/" + strconv.Itoa(int(state))
+		fp.ca = refVersion{resourceVersion: rv, state: state}
 		switch pem, ok := data[key]; {
 		case state == refNotFound:
 			in.failure = taxonomy.NewFailure(taxonomy.ReasonCABundleNotFound, nil, "%s %q with the CA bundle does not exist", kind, name)
@@ -280,7 +336,7 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 		if err != nil {
 			return in, err
 		}
-		fp += ";secret=" + rv + "/" + strconv.Itoa(int(state))
+		fp.secret = refVersion{resourceVersion: rv, state: state}
 		idKey, secretKey := ref.Keys()
 		switch {
 		case state == refNotFound:
@@ -292,7 +348,7 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 		case len(data[secretKey]) == 0:
 			in.failure = taxonomy.NewFailure(taxonomy.ReasonSecretKeyMissing, nil, "credentials Secret %q has no value for key %q", ref.Name, secretKey)
 		default:
-			in.endpoint.Credentials = &s3probe.Credentials{AccessKeyID: string(data[idKey]), SecretAccessKey: string(data[secretKey])}
+			in.endpoint.Credentials = r.refs.credentials(rk, rv, idKey, secretKey, data)
 		}
 	}
 	in.fingerprint = fp

@@ -13,6 +13,11 @@ import (
 // encodes them eagerly, which cost about 5 % of a probe's CPU).
 func requestLogger(base logr.Logger) func(*reconcile.Request) logr.Logger {
 	sink := base.GetSink()
+	// The wrapper adds one frame to every line; the wrapped sink is told so once, here,
+	// rather than once per reconcile (a zap logger copies itself to change it).
+	if cd, ok := sink.(logr.CallDepthLogSink); ok {
+		sink = cd.WithCallDepth(1)
+	}
 	return func(req *reconcile.Request) logr.Logger {
 		if req == nil || sink == nil {
 			return base
@@ -40,14 +45,10 @@ var (
 	_ logr.CallDepthLogSink = (*lazySink)(nil)
 )
 
-// Init accounts for the frame this wrapper adds. The wrapped sink was initialized
-// with its own logger already (initializing it again would skip that logger's frame
-// twice), so the one extra frame goes through WithCallDepth.
-func (s *lazySink) Init(logr.RuntimeInfo) {
-	if cd, ok := s.base.(logr.CallDepthLogSink); ok {
-		s.base = cd.WithCallDepth(1)
-	}
-}
+// Init does nothing: the wrapped sink was initialized with its own logger already
+// (initializing it again would skip that logger's frame twice), and requestLogger
+// accounted for the frame this wrapper adds.
+func (s *lazySink) Init(logr.RuntimeInfo) {}
 
 func (s *lazySink) Enabled(level int) bool { return s.base.Enabled(level) }
 

@@ -1,7 +1,6 @@
 package storagebucket
 
 import (
-	"fmt"
 	"sync"
 	"time"
 
@@ -52,14 +51,14 @@ type bucketState struct {
 	key types.NamespacedName
 	// generation and fingerprint are the spec and inputs the last probe used.
 	generation  int64
-	fingerprint string
-	// ownedFor is the ownershipKey for which ownership was confirmed.
-	ownedFor     string
+	fingerprint fingerprint
+	// ownedFor is the ownershipKey for which ownership was confirmed, if any.
+	ownedFor     *ownership
 	endpoint     string
 	endpointDown bool
 	// lockCheckedFor is the ownershipKey for which object lock was checked, and
 	// objectLock what the check found.
-	lockCheckedFor string
+	lockCheckedFor *ownership
 	objectLock     bool
 	// createRecordedFor is the placement (endpoint and region) for which the status is
 	// known to record that this StorageBucket creates its bucket.
@@ -111,8 +110,20 @@ func (st *bucketState) conditionsFor(in checkInput) []metav1.Condition {
 	return st.checks
 }
 
-func (st *bucketState) ownershipKey() string {
-	return fmt.Sprintf("%d/%s", st.generation, st.fingerprint)
+// ownership is the spec and inputs for which something about the bucket was found out
+// (that it is ours, whether it has object lock): a change of either asks again.
+type ownership struct {
+	generation int64
+	inputs     fingerprint
+}
+
+func (st *bucketState) ownershipKey() *ownership {
+	return &ownership{generation: st.generation, inputs: st.fingerprint}
+}
+
+// confirmedFor reports whether a finding holds for the bucket's spec and inputs now.
+func (st *bucketState) confirmedFor(o *ownership) bool {
+	return o != nil && *o == ownership{generation: st.generation, inputs: st.fingerprint}
 }
 
 // bucketRef names a bucket for the scheduler: by UID, with the name its requests carry.

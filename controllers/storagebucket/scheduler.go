@@ -188,11 +188,11 @@ func (s *scheduler) NextDue() (time.Time, bool) {
 	return s.heap[0].due, true
 }
 
-// PopDue dispatches every armed bucket due at or before until, earliest first.
-func (s *scheduler) PopDue(until time.Time) []dueBucket {
+// PopDue dispatches every armed bucket due at or before until, earliest first,
+// appending them to out (which the ticker reuses from one wake-up to the next).
+func (s *scheduler) PopDue(until time.Time, out []dueBucket) []dueBucket {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []dueBucket
 	for len(s.heap) > 0 && !s.heap[0].due.After(until) {
 		it := heap.Pop(&s.heap).(*schedItem)
 		out = append(out, dueBucket{bucketRef: it.bucketRef, Due: it.due, Resume: it.resume})

@@ -37,13 +37,13 @@ func TestSchedulerPopsOnlyWhatIsDueEarliestFirst(t *testing.T) {
 	s.Schedule(key(3), t0.Add(3*time.Second))
 	s.Schedule(key(1), t0.Add(1*time.Second))
 	s.Schedule(key(2), t0.Add(2*time.Second))
-	if got := keysOf(s.PopDue(t0)); len(got) != 0 {
+	if got := keysOf(s.PopDue(t0, nil)); len(got) != 0 {
 		t.Fatalf("popped %v before anything was due", got)
 	}
-	if got := fmt.Sprint(keysOf(s.PopDue(t0.Add(2 * time.Second)))); got != "[b1 b2]" {
+	if got := fmt.Sprint(keysOf(s.PopDue(t0.Add(2 * time.Second), nil))); got != "[b1 b2]" {
 		t.Errorf("popped %s, want [b1 b2]", got)
 	}
-	if got := keysOf(s.PopDue(t0.Add(2 * time.Second))); len(got) != 0 {
+	if got := keysOf(s.PopDue(t0.Add(2 * time.Second), nil)); len(got) != 0 {
 		t.Errorf("a dispatched bucket was popped again: %v", got)
 	}
 	if due, ok := s.Due(key(1).UID); !ok || !due.Equal(t0.Add(time.Second)) {
@@ -54,14 +54,14 @@ func TestSchedulerPopsOnlyWhatIsDueEarliestFirst(t *testing.T) {
 func TestSchedulerArmsADispatchedBucketAgain(t *testing.T) {
 	s := newScheduler()
 	s.Schedule(key(1), t0)
-	s.PopDue(t0)
+	s.PopDue(t0, nil)
 	s.Arm(key(1).UID)
-	if got := keysOf(s.PopDue(t0)); fmt.Sprint(got) != "[b1]" {
+	if got := keysOf(s.PopDue(t0, nil)); fmt.Sprint(got) != "[b1]" {
 		t.Errorf("re-armed bucket not dispatched again: %v", got)
 	}
 	s.Schedule(key(2), t0.Add(time.Hour))
 	s.Arm(key(2).UID) // already armed: no duplicate
-	if got := keysOf(s.PopDue(t0.Add(time.Hour))); fmt.Sprint(got) != "[b2]" {
+	if got := keysOf(s.PopDue(t0.Add(time.Hour), nil)); fmt.Sprint(got) != "[b2]" {
 		t.Errorf("arming an armed bucket duplicated it: %v", got)
 	}
 	s.Arm(key(9).UID) // unknown: nothing happens
@@ -75,11 +75,11 @@ func TestSchedulerReschedulesInPlace(t *testing.T) {
 	s.Schedule(key(1), t0.Add(time.Hour))
 	s.Schedule(key(2), t0.Add(2*time.Hour))
 	s.Schedule(key(2), t0.Add(time.Minute))
-	if got := keysOf(s.PopDue(t0.Add(time.Minute))); fmt.Sprint(got) != "[b2]" {
+	if got := keysOf(s.PopDue(t0.Add(time.Minute), nil)); fmt.Sprint(got) != "[b2]" {
 		t.Errorf("moving a due time earlier did not take effect: %v", got)
 	}
 	s.Forget(key(1).UID)
-	if got := keysOf(s.PopDue(t0.Add(24 * time.Hour))); len(got) != 0 {
+	if got := keysOf(s.PopDue(t0.Add(24 * time.Hour), nil)); len(got) != 0 {
 		t.Errorf("a forgotten bucket was dispatched: %v", got)
 	}
 	if _, ok := s.Due(key(1).UID); ok {
@@ -96,7 +96,7 @@ func TestTriggerNowMakesBucketsDueAndWakesTheTicker(t *testing.T) {
 	default:
 		t.Fatal("the ticker was not woken")
 	}
-	got := keysOf(s.PopDue(t0))
+	got := keysOf(s.PopDue(t0, nil))
 	sort.Strings(got)
 	if fmt.Sprint(got) != "[b1 b2]" {
 		t.Errorf("popped %v, want both triggered buckets", got)
@@ -153,7 +153,7 @@ func bucket(gen int64, probed bool) *phalanksv1beta1.StorageBucket {
 }
 
 func TestDecideProbe(t *testing.T) {
-	known := &bucketState{generation: 2, fingerprint: "fp"}
+	known := &bucketState{generation: 2, fingerprint: fingerprint{adopt: "fp"}}
 	for name, tc := range map[string]struct {
 		sb        *phalanksv1beta1.StorageBucket
 		st        *bucketState
@@ -173,7 +173,7 @@ func TestDecideProbe(t *testing.T) {
 		"a bucket that is not due is not probed":                  {sb: bucket(2, true), st: known, fp: "fp", due: t0.Add(time.Second), scheduled: true, want: causeNone},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := decideProbe(tc.sb, tc.st, tc.fp, tc.due, tc.scheduled, t0); got != tc.want {
+			if got := decideProbe(tc.sb, tc.st, fingerprint{adopt: tc.fp}, tc.due, tc.scheduled, t0); got != tc.want {
 				t.Errorf("decideProbe = %q, want %q", got, tc.want)
 			}
 		})
@@ -283,7 +283,7 @@ func TestSchedulerKeysBucketsByUID(t *testing.T) {
 		t.Errorf("UIDsOf(%s) = %v, want both objects", old.Key, got)
 	}
 	s.Forget(old.UID)
-	if got := s.PopDue(t0.Add(2 * time.Hour)); len(got) != 1 || got[0].UID != renewed.UID {
+	if got := s.PopDue(t0.Add(2 * time.Hour), nil); len(got) != 1 || got[0].UID != renewed.UID {
 		t.Errorf("popped %+v, want only the new object", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -261,8 +262,10 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 // with another write is retried at once through the schedule instead (writeStatus).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	// Most passes only read the object, so they read the cache's own copy: every write
-	// (patchStatus, the finalizer patches) works on a deep copy of it.
-	sb := &phalanksv1beta1.StorageBucket{}
+	// (patchStatus, the finalizer patches) works on a deep copy of it. The struct it is
+	// read into is reused by later passes; nothing keeps it beyond this one.
+	sb := shells.Get().(*phalanksv1beta1.StorageBucket)
+	defer func() { *sb = phalanksv1beta1.StorageBucket{}; shells.Put(sb) }()
 	if err := r.client.Get(ctx, req.NamespacedName, sb, client.UnsafeDisableDeepCopy); err != nil {
 		if apierrors.IsNotFound(err) {
 			for _, uid := range r.knownAs(req.NamespacedName) {
@@ -332,6 +335,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	return ctrl.Result{}, r.writeStatus(ctx, sb, st)
 }
+
+// shells are the structs passes read their StorageBucket into.
+var shells = sync.Pool{New: func() any { return &phalanksv1beta1.StorageBucket{} }}
 
 // knownAs returns the UIDs this process holds anything for under a name.
 func (r *Reconciler) knownAs(key types.NamespacedName) []types.UID {

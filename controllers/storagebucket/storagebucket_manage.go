@@ -17,7 +17,7 @@ import (
 // interrupted before tagging, adopt it when asked, or find it is not ours. Confirmed
 // ownership is remembered until the spec or the inputs change.
 func (r *Reconciler) manage(ctx context.Context, sb *phalanksv1beta1.StorageBucket, in inputs, st *bucketState, timeout time.Duration) *manageResult {
-	if st.ownedFor == st.ownershipKey() {
+	if st.confirmedFor(st.ownedFor) {
 		return &manageResult{owned: true}
 	}
 	subject := taxonomy.Subject{Host: in.host, Bucket: sb.Spec.BucketName, Region: sb.Spec.Region, Timeout: timeout}

@@ -30,7 +30,7 @@ const (
 // decideProbe decides whether this pass probes. Only a bucket that is due, new, edited
 // or whose inputs changed is probed; every other pass (the bucket's own status write,
 // a resync, an unrelated event) is not.
-func decideProbe(sb *phalanksv1beta1.StorageBucket, st *bucketState, fingerprint string, due time.Time, scheduled bool, now time.Time) probeCause {
+func decideProbe(sb *phalanksv1beta1.StorageBucket, st *bucketState, inputs fingerprint, due time.Time, scheduled bool, now time.Time) probeCause {
 	switch {
 	case st == nil && scheduled:
 		if now.Before(due) {
@@ -43,7 +43,7 @@ func decideProbe(sb *phalanksv1beta1.StorageBucket, st *bucketState, fingerprint
 		return causeNew
 	case st.generation != sb.Generation:
 		return causeSpec
-	case st.fingerprint != fingerprint:
+	case st.fingerprint != inputs:
 		return causeInputs
 	case scheduled && !now.Before(due):
 		return causeSchedule
@@ -76,9 +76,6 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 	}
 	st.key, st.generation, st.fingerprint, st.endpoint = refOf(sb).Key, sb.Generation, in.fingerprint, in.key
 	timeout := probeTimeout(sb)
-	ctx, cancel := context.WithTimeout(ctx, passBudget(timeout))
-	defer cancel()
-
 	target := s3probe.Target{
 		Endpoint: in.endpoint,
 		Bucket:   sb.Spec.BucketName,
@@ -93,6 +90,13 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 	managed := sb.Spec.ManagementPolicy == phalanksv1beta1.ManagementManage
 	if managed {
 		check.manage = &manageResult{}
+	}
+	if managed || target.Depth == s3probe.DepthReadWrite {
+		// More than one S3 call (managing, checking object lock, a canary): the pass
+		// budget bounds them together. A single probe is bounded by its own timeout.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, passBudget(timeout))
+		defer cancel()
 	}
 
 	var res s3probe.Result
@@ -151,9 +155,9 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 		if stopped(ctx) {
 			return r.stopPass(ctx, sb, "the pass was stopped", now)
 		}
-		if managed && st.ownedFor != "" && res.Failure != nil && res.Failure.Reason == taxonomy.ReasonNoSuchBucket {
+		if managed && st.ownedFor != nil && res.Failure != nil && res.Failure.Reason == taxonomy.ReasonNoSuchBucket {
 			// The bucket went away since ownership was confirmed: create it again.
-			st.ownedFor = ""
+			st.ownedFor = nil
 			check.manage = r.manage(ctx, sb, in, st, timeout)
 			if check.manage.fenced != nil {
 				return r.stopPass(ctx, sb, check.manage.fenced.Error(), now)
@@ -226,7 +230,7 @@ const (
 // not be deleted: then List, and why. Object lock is checked once per spec and inputs.
 func (r *Reconciler) canaryDepth(ctx context.Context, sb *phalanksv1beta1.StorageBucket, in inputs, st *bucketState,
 	timeout time.Duration) (s3probe.Depth, *readOnlyReason) {
-	if st.lockCheckedFor != st.ownershipKey() {
+	if !st.confirmedFor(st.lockCheckedFor) {
 		conn, err := r.prober.Pool.Conn(in.endpoint)
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, timeout)

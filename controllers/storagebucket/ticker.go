@@ -33,6 +33,8 @@ type ticker struct {
 	// onDispatch observes how many buckets a wake-up dispatched.
 	onDispatch func(n int)
 	leaderOnly bool
+	// due is the last wake-up's buckets, its array reused by the next.
+	due []dueBucket
 }
 
 // NeedLeaderElection keeps an unsharded ticker on the elected leader.
@@ -60,11 +62,11 @@ func (t *ticker) Start(ctx context.Context) error {
 }
 
 func (t *ticker) dispatch(ctx context.Context) {
-	due := t.sched.PopDue(t.clock.Now())
-	if t.onDispatch != nil && len(due) > 0 {
-		t.onDispatch(len(due))
+	t.due = t.sched.PopDue(t.clock.Now(), t.due[:0])
+	if t.onDispatch != nil && len(t.due) > 0 {
+		t.onDispatch(len(t.due))
 	}
-	for _, d := range due {
+	for _, d := range t.due {
 		select {
 		case t.events <- event.TypedGenericEvent[dueBucket]{Object: d}:
 		case <-ctx.Done():

@@ -84,7 +84,9 @@ func (r *Reconciler) triggerReferencing(ctx context.Context, kind string, obj cl
 	var buckets []bucketRef
 	for _, sel := range selectors {
 		var list phalanksv1beta1.StorageBucketList
-		if err := r.client.List(ctx, &list, client.InNamespace(obj.GetNamespace()), sel); err != nil {
+		// Only their names and UIDs are read: the cache's own objects, not a copy of
+		// each (a Secret used by 50,000 StorageBuckets would copy all of them).
+		if err := r.client.List(ctx, &list, client.InNamespace(obj.GetNamespace()), sel, client.UnsafeDisableDeepCopy); err != nil {
 			// The next scheduled probe notices the change through the fingerprint.
 			logf.FromContext(ctx).Error(err, "list StorageBuckets referencing a changed object", "kind", kind, "object", client.ObjectKeyFromObject(obj))
 			continue

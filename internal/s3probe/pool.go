@@ -108,6 +108,7 @@ type Pool struct {
 
 	mu         sync.Mutex
 	parsed     map[string]*url.URL
+	hostKeys   map[string][2]string
 	transports map[transportKey]*transportEntry
 	lastSweep  time.Time
 }
@@ -224,6 +225,25 @@ func (p *Pool) parse(raw string) (*url.URL, error) {
 	}
 	p.parsed[raw] = u
 	return u, nil
+}
+
+// HostAndKey is Endpoint.HostAndKey of the endpoint URL raw, remembered: every pass of
+// every bucket on an endpoint asks for the same one.
+func (p *Pool) HostAndKey(raw string) (host, key string) {
+	p.mu.Lock()
+	hk, ok := p.hostKeys[raw]
+	p.mu.Unlock()
+	if ok {
+		return hk[0], hk[1]
+	}
+	host, key = Endpoint{URL: raw}.HostAndKey()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hostKeys == nil || len(p.hostKeys) >= maxParsed {
+		p.hostKeys = map[string][2]string{} // endpoints come and go with StorageBuckets: start over
+	}
+	p.hostKeys[raw] = [2]string{host, key}
+	return host, key
 }
 
 // maxParsed bounds the remembered endpoint URLs.

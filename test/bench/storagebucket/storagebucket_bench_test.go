@@ -74,7 +74,7 @@ func runScenario(b *testing.B) {
 		"--storagebucket-concurrency", strconv.Itoa(concurrency), "--metrics-secure=false",
 		"--storagebucket-endpoint-allow-cidrs=127.0.0.1/32"} // MinIO listens on loopback
 	// PHALANKS_BENCH_CPUPROFILE=<file> writes the manager's CPU profile of the second
-	// re-probe burst there (go tool pprof -top <file>).
+	// capacity window there (go tool pprof -top <file>).
 	profile := os.Getenv("PHALANKS_BENCH_CPUPROFILE")
 	var pprofAddr string
 	if profile != "" {
@@ -89,34 +89,37 @@ func runScenario(b *testing.B) {
 	time.Sleep(interval)
 	opRes := sc.measure(b, op, windows*interval)
 
-	// Capacity, twice, each time next to a raw HeadBucket loop: a Secret rotation makes
-	// every bucket due at once, and the operator's rate while it works through them is
-	// its probe capacity. The operator keeps probing on schedule during the raw loop, so
-	// the raw side counts those probes too.
+	// Capacity, twice, each time next to a raw HeadBucket loop of the same length: the
+	// credentials Secret is rotated every second, which makes every bucket due again
+	// before the operator is through the last rotation's, so its workers are busy the
+	// whole window; its probe rate and CPU time per probe over the window are its
+	// capacity. The operator keeps probing on schedule during the raw loop, so the raw
+	// side counts those probes too.
 	var opRates, rawRates []float64
 	var opCPU, rawCPU []time.Duration
-	var burst time.Duration
+	var opSide, rawSide []sideLoad
+	rotations := 0
 	for round := 1; round <= 2; round++ {
 		progress("capacity round %d: raw HeadBucket loop at concurrency %d", round, concurrency)
 		bg := op.metric("phalanks_storagebucket_probes_total", nil)
 		t := time.Now()
-		raw, cpu := sc.rawLoop(b, n, 15*time.Second)
+		side := sc.startSide()
+		raw, cpu := sc.rawLoop(b, n, capacityWindow)
 		background := (op.metric("phalanks_storagebucket_probes_total", nil) - bg) / time.Since(t).Seconds()
 		rawRates, rawCPU = append(rawRates, raw+background), append(rawCPU, cpu)
-		progress("capacity round %d: rotating the credentials Secret, so every bucket is due at once", round)
-		var profiled chan error
+		rawSide = append(rawSide, side.end(b, (raw+background)*time.Since(t).Seconds()))
+		progress("capacity round %d: rotating the credentials Secret every second, so every bucket stays due", round)
+		profiled := ""
 		if profile != "" && round == 2 {
-			profiled = make(chan error, 1)
-			go func() { profiled <- cpuProfile(pprofAddr, profile, 10*time.Second) }()
+			profiled = profile
 		}
-		var rate float64
-		rate, cpu, burst = sc.reprobeAll(b, op, n, round)
-		if profiled != nil {
-			must(b, <-profiled)
-			progress("CPU profile of the re-probe burst: %s", profile)
-		}
-		opRates, opCPU = append(opRates, rate), append(opCPU, cpu)
+		rate, cpu, load := sc.saturate(b, op, &rotations, pprofAddr, profiled)
+		opRates, opCPU, opSide = append(opRates, rate), append(opCPU, cpu), append(opSide, load)
+		// Let the last rotations' probes end before the next raw loop.
+		sc.reprobeAll(b, op, n, &rotations)
 	}
+	progress("one more rotation: how long re-probing every bucket takes")
+	burst := sc.reprobeAll(b, op, n, &rotations)
 	op.stop()
 
 	progress("naive: starting the seed-style baseline")
@@ -130,68 +133,141 @@ func runScenario(b *testing.B) {
 	nv.stop()
 
 	report(b, n, opRes, nvRes, capacityResult{op: mean(opRates), raw: mean(rawRates), burst: burst,
-		opCPU: (opCPU[0] + opCPU[1]) / 2, rawCPU: (rawCPU[0] + rawCPU[1]) / 2})
+		opCPU: (opCPU[0] + opCPU[1]) / 2, rawCPU: (rawCPU[0] + rawCPU[1]) / 2,
+		opSide: meanSide(opSide), rawSide: meanSide(rawSide)})
 }
 
-// reprobeAll rotates the credentials Secret and returns the operator's sustained probe
-// rate while it re-probes every bucket: all its probes between the samples where 10 %
-// and 90 % of the re-probes were done, which leaves out the trigger's latency and the
-// tail of the last workers. It also returns the operator's CPU time per probe over the
-// whole re-probe, and how long that took.
-func (sc *scenario) reprobeAll(b *testing.B, op *proc, n, round int) (rate float64, cpuPerProbe time.Duration, total time.Duration) {
+// capacityWindow is how long the raw loop runs, and how long the operator's capacity is
+// measured after saturationRampUp of rotations.
+const (
+	capacityWindow   = 15 * time.Second
+	saturationRampUp = 3 * time.Second
+)
+
+// saturate rotates the credentials Secret every second, so every bucket is due again
+// before the operator has probed the last rotation's, and returns the operator's probe
+// rate and CPU time per probe over capacityWindow, after saturationRampUp: the probes
+// counted between two scrapes at the window's ends, and the process's CPU time between
+// them (the two scrapes included, a few milliseconds). With profile set, the window's
+// first ten seconds are profiled into that file, and the heap profiles at the window's
+// ends into <profile>.allocs.0 and .1 (go tool pprof -sample_index=alloc_space -base
+// <profile>.allocs.0 <profile>.allocs.1: what the window allocated).
+func (sc *scenario) saturate(b *testing.B, op *proc, rotations *int, pprofAddr, profile string) (float64, time.Duration, sideLoad) {
+	stop := make(chan struct{})
+	rotated := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			if err := sc.rotate(rotations); err != nil {
+				rotated <- err
+				return
+			}
+			select {
+			case <-stop:
+				rotated <- nil
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	time.Sleep(saturationRampUp)
+	probes := func() float64 { return op.metric("phalanks_storagebucket_probes_total", nil) }
+	p0, cpu0, t0 := probes(), cpuSeconds(op.p.PID()), time.Now()
+	side := sc.startSide()
+	var profiled chan error
+	if profile != "" {
+		must(b, saveProfile(pprofAddr, "allocs", profile+".allocs.0"))
+		profiled = make(chan error, 1)
+		go func() { profiled <- saveProfile(pprofAddr, "profile?seconds=10", profile) }()
+	}
+	time.Sleep(capacityWindow)
+	p1, cpu1, t1 := probes(), cpuSeconds(op.p.PID()), time.Now()
+	load := side.end(b, p1-p0)
+	if profile != "" {
+		must(b, saveProfile(pprofAddr, "allocs", profile+".allocs.1"))
+	}
+	close(stop)
+	must(b, <-rotated)
+	if profiled != nil {
+		must(b, <-profiled)
+		progress("CPU profile of the capacity window: %s", profile)
+	}
+	return (p1 - p0) / t1.Sub(t0).Seconds(), seconds((cpu1 - cpu0) / (p1 - p0)), load
+}
+
+// sideLoad is what else a capacity window cost: MinIO's CPU time per probe, and how
+// busy the machine's CPUs were (both cores: MinIO, the prober and the API server share
+// them).
+type sideLoad struct {
+	minioCPU time.Duration
+	busy     float64
+}
+
+// sideStart is the beginning of a window's side load.
+type sideStart struct {
+	sc      *scenario
+	minio   float64
+	machine measure.Machine
+}
+
+func (sc *scenario) startSide() sideStart {
+	m, _ := measure.ReadMachine()
+	return sideStart{sc: sc, minio: cpuSeconds(sc.s3.PID()), machine: m}
+}
+
+// end returns the side load of the window started at s, in which probes were sent.
+func (s sideStart) end(b *testing.B, probes float64) sideLoad {
+	m, err := measure.ReadMachine()
+	must(b, err)
+	return sideLoad{minioCPU: seconds((cpuSeconds(s.sc.s3.PID()) - s.minio) / probes), busy: m.BusySince(s.machine)}
+}
+
+func meanSide(xs []sideLoad) sideLoad {
+	var out sideLoad
+	for _, x := range xs {
+		out.minioCPU += x.minioCPU / time.Duration(len(xs))
+		out.busy += x.busy / float64(len(xs))
+	}
+	return out
+}
+
+// rotate changes the credentials Secret (an annotation: the values stay valid), which
+// makes every StorageBucket that uses it due at once.
+func (sc *scenario) rotate(rotations *int) error {
 	ctx := context.Background()
-	take := func() sample {
-		// One scrape per sample: each one costs the operator CPU (5,000 "up" series),
-		// which the CPU per probe counts.
-		fams, err := op.scrape()
-		if err != nil {
-			return sample{at: time.Now(), inputs: math.NaN(), all: math.NaN()}
-		}
-		probes := fams["phalanks_storagebucket_probes_total"]
-		return sample{at: time.Now(), inputs: sumFamily(probes, map[string]string{"cause": "inputs"}), all: sumFamily(probes, nil)}
-	}
-	base := take()
-	cpuBefore := cpuSeconds(op.p.PID())
 	sec := &corev1.Secret{}
-	must(b, sc.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "s3"}, sec))
-	sec.Annotations = map[string]string{"rotated": strconv.Itoa(round)}
-	must(b, sc.k8s.Update(ctx, sec))
-	start := time.Now()
-	var samples []sample
-	waitFor(b, "every bucket re-probed", 10*time.Minute, func() bool {
-		s := take()
-		samples = append(samples, s)
-		return s.inputs-base.inputs >= float64(n)
-	})
-	total = time.Since(start)
-	end := samples[len(samples)-1]
-	cpuPerProbe = seconds((cpuSeconds(op.p.PID()) - cpuBefore) / (end.all - base.all))
-	var first, last *sample
-	for i := range samples {
-		done := samples[i].inputs - base.inputs
-		if first == nil && done >= 0.1*float64(n) {
-			first = &samples[i]
-		}
-		if done <= 0.9*float64(n) {
-			last = &samples[i]
-		}
+	if err := sc.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "s3"}, sec); err != nil {
+		return err
 	}
-	if first == nil || last == nil || !last.at.After(first.at) {
-		// Too fast to sample inside the burst: fall back to the whole re-probe.
-		return (end.all - base.all) / total.Seconds(), cpuPerProbe, total
-	}
-	return (last.all - first.all) / last.at.Sub(first.at).Seconds(), cpuPerProbe, total
+	*rotations++
+	sec.Annotations = map[string]string{"rotated": strconv.Itoa(*rotations)}
+	return sc.k8s.Update(ctx, sec)
 }
 
-// cpuProfile saves a CPU profile of d from a pprof endpoint.
-func cpuProfile(addr, path string, d time.Duration) error {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())))
+// reprobeAll rotates the credentials Secret once and returns how long the operator
+// takes to re-probe every bucket (sampled once a second).
+func (sc *scenario) reprobeAll(b *testing.B, op *proc, n int, rotations *int) time.Duration {
+	inputs := func() float64 {
+		return op.metric("phalanks_storagebucket_probes_total", map[string]string{"cause": "inputs"})
+	}
+	base := inputs()
+	must(b, sc.rotate(rotations))
+	start := time.Now()
+	waitFor(b, "every bucket re-probed", 10*time.Minute, func() bool { return inputs()-base >= float64(n) })
+	return time.Since(start)
+}
+
+// saveProfile saves a profile from a pprof endpoint: what is "profile?seconds=10" for a
+// CPU profile, "allocs" for the heap's allocations so far.
+func saveProfile(addr, what, path string) error {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/%s", addr, what))
 	if err != nil {
 		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("cpu profile: %s", resp.Status)
+		return fmt.Errorf("%s profile: %s", what, resp.Status)
 	}
 	f, err := os.Create(path) //nolint:gosec // G703: the file the benchmark's user named in PHALANKS_BENCH_CPUPROFILE
 	if err != nil {
@@ -210,12 +286,6 @@ func mean(xs []float64) float64 {
 		sum += x
 	}
 	return sum / float64(len(xs))
-}
-
-// sample is a point of the re-probe burst.
-type sample struct {
-	at          time.Time
-	inputs, all float64
 }
 
 // scenario is what every phase shares.
@@ -578,6 +648,9 @@ type capacityResult struct {
 	op, raw       float64 // probes per second
 	burst         time.Duration
 	opCPU, rawCPU time.Duration // CPU time per probe
+	// opSide and rawSide are MinIO's CPU time per probe and the machine's busy share
+	// in each side's windows.
+	opSide, rawSide sideLoad
 }
 
 func report(b *testing.B, n int, op, nv result, c capacityResult) {
@@ -611,9 +684,11 @@ func report(b *testing.B, n int, op, nv result, c capacityResult) {
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	fmt.Println(row("operator (bin/manager)", op))
 	fmt.Println(row("naive seed-style baseline", nv))
-	fmt.Printf("\nProbe capacity (mean of two rounds): operator %.0f probes/s (all %d buckets re-probed in %s after the last Secret rotation), "+
-		"raw HeadBucket loop %.0f probes/s: %.0f %%\n", capacity, n, burst.Round(10*time.Millisecond), raw, 100*capacity/raw)
-	fmt.Printf("CPU per probe: operator %s, raw loop %s\n\n", c.opCPU.Round(time.Microsecond), c.rawCPU.Round(time.Microsecond))
+	fmt.Printf("\nProbe capacity (mean of two rounds of %s): operator %.0f probes/s, raw HeadBucket loop %.0f probes/s: %.0f %%; "+
+		"all %d buckets re-probed in %s after one Secret rotation\n", capacityWindow, capacity, raw, 100*capacity/raw, n, burst.Round(10*time.Millisecond))
+	fmt.Printf("CPU per probe: operator %s, raw loop %s (%.2f×); MinIO's per probe: %s and %s; the machine's CPUs busy: %.0f %% and %.0f %%\n\n",
+		c.opCPU.Round(time.Microsecond), c.rawCPU.Round(time.Microsecond), float64(c.opCPU)/float64(c.rawCPU),
+		c.opSide.minioCPU.Round(time.Microsecond), c.rawSide.minioCPU.Round(time.Microsecond), 100*c.opSide.busy, 100*c.rawSide.busy)
 }
 
 // memMiB reads a process's resident set size, or its peak, in MiB.

@@ -40,6 +40,44 @@ func CPU(pid int) (time.Duration, error) {
 	return time.Duration((utime + stime) / clockTicks() * float64(time.Second)), nil
 }
 
+// Machine is the machine's CPU time so far, from /proc/stat: busy (everything but idle
+// and iowait) and the total, over every CPU.
+type Machine struct{ Busy, Total time.Duration }
+
+// ReadMachine reads Machine.
+func ReadMachine() (Machine, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return Machine{}, err
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 6 || fields[0] != "cpu" {
+		return Machine{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var m Machine
+	for i, f := range fields[1:] {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return Machine{}, fmt.Errorf("/proc/stat: %q: %w", f, err)
+		}
+		d := time.Duration(v / clockTicks() * float64(time.Second))
+		m.Total += d
+		if i != 3 && i != 4 { // idle, iowait
+			m.Busy += d
+		}
+	}
+	return m, nil
+}
+
+// BusySince is the share of the machine's CPU time that was busy since earlier.
+func (m Machine) BusySince(earlier Machine) float64 {
+	if m.Total <= earlier.Total {
+		return math.NaN()
+	}
+	return float64(m.Busy-earlier.Busy) / float64(m.Total-earlier.Total)
+}
+
 var (
 	ticksOnce sync.Once
 	ticks     = 100.0
