@@ -29,6 +29,8 @@ type inputs struct {
 	// failure says why the inputs are not usable (SecretNotFound, SecretNotLabeled,
 	// SecretKeyMissing, CABundleNotFound, InvalidCABundle); nil when they are.
 	failure *taxonomy.Failure
+	// read is what they were read from (Reconciler.inputsFor).
+	read inputsKey
 }
 
 // fingerprint identifies what a probe's inputs were made of: the adopt annotation and
@@ -61,9 +63,43 @@ type refReader struct {
 	mu   sync.Mutex
 	data map[refKey]refData
 	// usedBy holds the references each StorageBucket made in its last pass, and users
-	// how many StorageBuckets make each; data no StorageBucket uses any more is dropped.
+	// the StorageBuckets that make each (by UID, with their names): a change of a
+	// referenced object makes its users due at once (usersOf), and the data no
+	// StorageBucket uses any more is dropped.
 	usedBy map[types.UID][]refKey
-	users  map[refKey]int
+	users  map[refKey]map[types.UID]types.NamespacedName
+	// versions counts the changes seen of each referenced object (changed): inputs read
+	// while the counts of their objects stay the same can be used again.
+	versions map[refKey]uint64
+}
+
+// changed records that an informer saw the object change (created, updated, deleted),
+// before the StorageBuckets that use it are made due.
+func (r *refReader) changed(key refKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.versions == nil {
+		r.versions = map[refKey]uint64{}
+	}
+	r.versions[key]++
+}
+
+// refVersions are the change counts of a StorageBucket's referenced objects.
+type refVersions struct{ ca, secret uint64 }
+
+// versionsOf returns the change counts of the objects sb references.
+func (r *refReader) versionsOf(sb *phalanksv1beta1.StorageBucket) refVersions {
+	var v refVersions
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if sb.Spec.CABundle != nil {
+		_, name, kind := caRef(sb)
+		v.ca = r.versions[refKey{kind: kind, NamespacedName: types.NamespacedName{Namespace: sb.Namespace, Name: name}}]
+	}
+	if ref := sb.Spec.CredentialsSecretRef; ref != nil {
+		v.secret = r.versions[refKey{kind: kindSecret, NamespacedName: types.NamespacedName{Namespace: sb.Namespace, Name: ref.Name}}]
+	}
+	return v
 }
 
 type refKey struct {
@@ -224,21 +260,37 @@ func (r *refReader) markGone(key refKey) {
 
 // use records the references a StorageBucket made in a pass, and drops the data of
 // those it no longer makes that no other StorageBucket makes either.
-func (r *refReader) use(uid types.UID, keys []refKey) {
+func (r *refReader) use(b bucketRef, keys []refKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.usedBy == nil {
-		r.usedBy, r.users = map[types.UID][]refKey{}, map[refKey]int{}
+		r.usedBy, r.users = map[types.UID][]refKey{}, map[refKey]map[types.UID]types.NamespacedName{}
 	}
-	before, known := r.usedBy[uid]
+	before, known := r.usedBy[b.UID]
 	if known && slices.Equal(before, keys) {
 		return // the same as the last pass: almost every pass
 	}
-	r.usedBy[uid] = slices.Clone(keys)
+	r.usedBy[b.UID] = slices.Clone(keys)
 	for _, k := range keys {
-		r.users[k]++
+		if r.users[k] == nil {
+			r.users[k] = map[types.UID]types.NamespacedName{}
+		}
+		r.users[k][b.UID] = b.Key
 	}
-	r.leaveLocked(before)
+	r.leaveLocked(b.UID, before, keys)
+}
+
+// usersOf returns the StorageBuckets whose last pass referenced the object: those a
+// change of it may change. (One that has not passed here yet will, with the object as
+// it is then.)
+func (r *refReader) usersOf(key refKey) []bucketRef {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]bucketRef, 0, len(r.users[key]))
+	for uid, name := range r.users[key] {
+		out = append(out, bucketRef{UID: uid, Key: name})
+	}
+	return out
 }
 
 // credentials returns the key pair under idKey and secretKey of the object's values read
@@ -250,7 +302,7 @@ func (r *refReader) credentials(key refKey, rv, idKey, secretKey string, values 
 	if ok && d.resourceVersion == rv && d.creds != nil && d.idKey == idKey && d.secretKey == secretKey {
 		return d.creds
 	}
-	creds := &s3probe.Credentials{AccessKeyID: string(values[idKey]), SecretAccessKey: string(values[secretKey])}
+	creds := s3probe.NewCredentials(string(values[idKey]), string(values[secretKey]))
 	if ok && d.resourceVersion == rv {
 		d.creds, d.idKey, d.secretKey = creds, idKey, secretKey
 		r.data[key] = d
@@ -264,13 +316,17 @@ func (r *refReader) release(uid types.UID) {
 	defer r.mu.Unlock()
 	before := r.usedBy[uid]
 	delete(r.usedBy, uid)
-	r.leaveLocked(before)
+	r.leaveLocked(uid, before, nil)
 }
 
-func (r *refReader) leaveLocked(keys []refKey) {
-	for _, k := range keys {
-		r.users[k]--
-		if r.users[k] <= 0 {
+// leaveLocked removes uid from the users of the references left that it does not keep.
+func (r *refReader) leaveLocked(uid types.UID, left, kept []refKey) {
+	for _, k := range left {
+		if slices.Contains(kept, k) {
+			continue
+		}
+		delete(r.users[k], uid)
+		if len(r.users[k]) == 0 {
 			delete(r.users, k)
 			delete(r.data, k)
 		}
@@ -293,6 +349,28 @@ const (
 	kindConfigMap = "ConfigMap"
 )
 
+// inputsKey is what a pass's inputs were read from: the StorageBucket's version and the
+// change counts of the objects it references.
+type inputsKey struct {
+	resourceVersion string
+	refs            refVersions
+}
+
+// inputsFor returns the inputs of a pass: those the bucket's last probing pass read,
+// when they were usable and neither the StorageBucket nor an object it references has
+// changed since (every scheduled probe of a healthy bucket), or else loadInputs'.
+// Unusable inputs are read again every pass, as a missing Secret may appear without
+// an event of the informer (one without the label).
+func (r *Reconciler) inputsFor(ctx context.Context, sb *phalanksv1beta1.StorageBucket, st *bucketState) (inputs, error) {
+	key := inputsKey{resourceVersion: sb.ResourceVersion, refs: r.refs.versionsOf(sb)}
+	if st != nil && st.inputs.read == key && st.inputs.key != "" && st.inputs.failure == nil {
+		return st.inputs, nil
+	}
+	in, err := r.loadInputs(ctx, sb, false)
+	in.read = key
+	return in, err
+}
+
 // loadInputs reads the credentials and CA bundle a StorageBucket references. Problems
 // with them (missing or unlabelled Secret, missing key, bad CA) are reported in
 // inputs.failure; only API errors, which a retry can fix, are returned. With remembered
@@ -308,7 +386,7 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 	fp := fingerprint{adopt: sb.Annotations[phalanksv1beta1.AnnotationAdopt]}
 	var refs [2]refKey // a StorageBucket references at most a CA bundle and a Secret
 	used := refs[:0]
-	defer func() { r.refs.use(sb.UID, used) }()
+	defer func() { r.refs.use(refOf(sb), used) }()
 	if ref := sb.Spec.CABundle; ref != nil {
 		key, name, kind := caRef(sb)
 		rk := refKey{kind: kind, NamespacedName: types.NamespacedName{Namespace: sb.Namespace, Name: name}}

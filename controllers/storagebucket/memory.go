@@ -69,6 +69,8 @@ type bucketState struct {
 	// seriesEpoch is seriesDeletions when they were looked up.
 	up, failing prometheus.Gauge
 	seriesEpoch uint64
+	// inputs are the last probing pass's inputs (Reconciler.inputsFor).
+	inputs inputs
 	// check and checks are the last pass's check input and the conditions made of it:
 	// a pass that learns the same reuses them; checksVersion counts the rebuilds.
 	check         checkInput
@@ -137,8 +139,11 @@ func (m *memory) track(uid types.UID, key types.NamespacedName) (types.UID, bool
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	prev, ok := m.names[key]
+	if ok && prev == uid {
+		return uid, false // known already: every pass but the first
+	}
 	m.names[key], m.keys[uid] = uid, key
-	return prev, ok && prev != uid
+	return prev, ok
 }
 
 // uidOf returns the UID key names.

@@ -40,10 +40,10 @@ func TestSchedulerPopsOnlyWhatIsDueEarliestFirst(t *testing.T) {
 	if got := keysOf(s.PopDue(t0, nil)); len(got) != 0 {
 		t.Fatalf("popped %v before anything was due", got)
 	}
-	if got := fmt.Sprint(keysOf(s.PopDue(t0.Add(2 * time.Second), nil))); got != "[b1 b2]" {
+	if got := fmt.Sprint(keysOf(s.PopDue(t0.Add(2*time.Second), nil))); got != "[b1 b2]" {
 		t.Errorf("popped %s, want [b1 b2]", got)
 	}
-	if got := keysOf(s.PopDue(t0.Add(2 * time.Second), nil)); len(got) != 0 {
+	if got := keysOf(s.PopDue(t0.Add(2*time.Second), nil)); len(got) != 0 {
 		t.Errorf("a dispatched bucket was popped again: %v", got)
 	}
 	if due, ok := s.Due(key(1).UID); !ok || !due.Equal(t0.Add(time.Second)) {
@@ -79,7 +79,7 @@ func TestSchedulerReschedulesInPlace(t *testing.T) {
 		t.Errorf("moving a due time earlier did not take effect: %v", got)
 	}
 	s.Forget(key(1).UID)
-	if got := keysOf(s.PopDue(t0.Add(24 * time.Hour), nil)); len(got) != 0 {
+	if got := keysOf(s.PopDue(t0.Add(24*time.Hour), nil)); len(got) != 0 {
 		t.Errorf("a forgotten bucket was dispatched: %v", got)
 	}
 	if _, ok := s.Due(key(1).UID); ok {
@@ -283,7 +283,7 @@ func TestSchedulerKeysBucketsByUID(t *testing.T) {
 		t.Errorf("UIDsOf(%s) = %v, want both objects", old.Key, got)
 	}
 	s.Forget(old.UID)
-	if got := s.PopDue(t0.Add(2 * time.Hour), nil); len(got) != 1 || got[0].UID != renewed.UID {
+	if got := s.PopDue(t0.Add(2*time.Hour), nil); len(got) != 1 || got[0].UID != renewed.UID {
 		t.Errorf("popped %+v, want only the new object", got)
 	}
 }

@@ -187,7 +187,10 @@ func (w *shardWork) begin(ctx context.Context, uid types.UID) (context.Context, 
 	s.running++
 	slotCtx, cleanup := s.ctx, s.cleanup
 	w.mu.Unlock()
-	pass, cancel := context.WithCancel(s3probe.WithCleanupContext(ctx, cleanup))
+	// The pass ends with its slot (given up, lapsed, or left when the process stops), not
+	// with the request's context: a context derived from that one would be registered
+	// with the controller's, which every pass of every worker shares, under one lock.
+	pass, cancel := context.WithCancel(s3probe.WithCleanupContext(context.WithoutCancel(ctx), cleanup))
 	stop := context.AfterFunc(slotCtx, cancel)
 	return pass, func() {
 		stop()

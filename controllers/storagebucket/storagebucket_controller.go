@@ -223,9 +223,6 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		mem:      newMemory(),
 		opts:     o,
 	}
-	if err := setupIndexes(context.Background(), mgr); err != nil {
-		return nil, err
-	}
 	due := make(chan event.TypedGenericEvent[dueBucket], o.Concurrency)
 	if err := mgr.Add(&ticker{sched: r.sched, events: due, period: o.Tick, clock: o.Clock, leaderOnly: o.Shard == nil,
 		onDispatch: func(n int) { dispatchedBuckets.Add(float64(n)); scheduledBuckets.Set(float64(r.sched.Len())) }}); err != nil {
@@ -300,13 +297,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// The finalizer comes first; its update event starts the next pass.
 		return ctrl.Result{}, err
 	}
-	in, err := r.loadInputs(ctx, sb, false)
+	st := r.mem.state(sb.UID)
+	in, err := r.inputsFor(ctx, sb, st)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
 	now := r.clock.Now()
-	st := r.mem.state(sb.UID)
 	due, scheduled := r.sched.Due(sb.UID)
 	cause := decideProbe(sb, st, in.fingerprint, due, scheduled, now)
 	if cause == causeSchedule && st == nil && r.sched.Resuming(sb.UID) {

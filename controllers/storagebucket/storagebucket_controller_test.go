@@ -60,6 +60,24 @@ var _ = Describe("StorageBucket probing", func() {
 		Expect(get(sb).ResourceVersion).To(Equal(before), "the status was rewritten although nothing changed")
 	})
 
+	It("uses a Secret's new key pair at the first probe after it changed, also after probes that reused the old one", func() {
+		Expect(s3.MakeBucket(ctx, "rotated-bucket", miniogo.MakeBucketOptions{})).To(Succeed())
+		sec := credentials(ns, "rotated", s3)
+		sb := newBucket(ns, "rotated", "rotated-bucket", s3)
+		sb.Spec.CredentialsSecretRef.Name = "rotated"
+		create(sb)
+		eventuallyReady(sb, metav1.ConditionTrue, "BucketReady", 30*time.Second)
+		// Scheduled probes after the last status write reuse what the first one read.
+		Consistently(func() string { return condition(get(sb), phalanksv1beta1.ConditionReady).Reason }).
+			WithTimeout(2*sb.Spec.HealthCheck.IntervalDuration()).WithPolling(500*time.Millisecond).Should(Equal("BucketReady"))
+
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sec), sec)).To(Succeed())
+		sec.Data["AWS_SECRET_ACCESS_KEY"] = []byte("rotated-away")
+		Expect(k8s.Update(ctx, sec)).To(Succeed())
+		// At once: the Secret's change makes the bucket due, not its next interval.
+		eventuallyReady(sb, metav1.ConditionFalse, "InvalidCredentials", sb.Spec.HealthCheck.IntervalDuration())
+	})
+
 	It("reports InvalidCredentials for a wrong key pair and AccessDenied for anonymous access", func() {
 		Expect(s3.MakeBucket(ctx, "private-bucket", miniogo.MakeBucketOptions{})).To(Succeed())
 		create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wrong", Labels: map[string]string{phalanksv1beta1.LabelSecretAllowed: "true"}},

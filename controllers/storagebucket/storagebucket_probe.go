@@ -74,7 +74,7 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 	if cause == causeSchedule {
 		probeLateness.Observe(now.Sub(due).Seconds())
 	}
-	st.key, st.generation, st.fingerprint, st.endpoint = refOf(sb).Key, sb.Generation, in.fingerprint, in.key
+	st.key, st.generation, st.fingerprint, st.endpoint, st.inputs = refOf(sb).Key, sb.Generation, in.fingerprint, in.key, in
 	timeout := probeTimeout(sb)
 	target := s3probe.Target{
 		Endpoint: in.endpoint,

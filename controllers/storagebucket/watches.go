@@ -13,89 +13,42 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 )
 
-// Field indexes on StorageBuckets, for finding the buckets a Secret or ConfigMap
-// change affects.
-const (
-	// indexCredentials holds the credentials Secret's name.
-	indexCredentials = "spec.credentialsSecretRef.name"
-	// indexCABundle holds "<Kind>/<name>" of the CA bundle's ConfigMap or Secret.
-	indexCABundle = "spec.caBundle.ref"
-)
-
-func setupIndexes(ctx context.Context, mgr ctrl.Manager) error {
-	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &phalanksv1beta1.StorageBucket{}, indexCredentials, func(o client.Object) []string {
-		if ref := o.(*phalanksv1beta1.StorageBucket).Spec.CredentialsSecretRef; ref != nil {
-			return []string{ref.Name}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index StorageBuckets by credentials Secret: %w", err)
-	}
-	if err := idx.IndexField(ctx, &phalanksv1beta1.StorageBucket{}, indexCABundle, func(o client.Object) []string {
-		sb := o.(*phalanksv1beta1.StorageBucket)
-		if sb.Spec.CABundle == nil {
-			return nil
-		}
-		_, name, kind := caRef(sb)
-		return []string{kind + "/" + name}
-	}); err != nil {
-		return fmt.Errorf("index StorageBuckets by CA bundle: %w", err)
-	}
-	return nil
-}
-
 // referenceChanged handles changes of Secret or ConfigMap metadata: the StorageBuckets
-// that reference a changed object are made due now and reach the controller through
-// the ticker's channel like every other probe. Objects listed at start-up and resyncs
+// whose last pass here referenced a changed object (refReader.usersOf: this replica's,
+// without listing any) are made due now and reach the controller through the ticker's
+// channel like every other probe. Objects listed at start-up and resyncs
 // (same resourceVersion) change nothing. A Secret that gains the label that allows
 // StorageBuckets to use it arrives as a creation, one that loses it as a deletion.
 func referenceChanged[T client.Object](r *Reconciler, kind string) handler.TypedEventHandler[T, reconcile.Request] {
 	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 	return handler.TypedFuncs[T, reconcile.Request]{
-		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[T], _ queue) {
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[T], _ queue) {
 			if !e.IsInInitialList {
-				r.triggerReferencing(ctx, kind, e.Object)
+				r.triggerReferencing(kind, e.Object)
 			}
 		},
-		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[T], _ queue) {
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[T], _ queue) {
 			if e.ObjectOld.GetResourceVersion() != e.ObjectNew.GetResourceVersion() {
-				r.triggerReferencing(ctx, kind, e.ObjectNew)
+				r.triggerReferencing(kind, e.ObjectNew)
 			}
 		},
-		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[T], _ queue) {
-			r.triggerReferencing(ctx, kind, e.Object)
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[T], _ queue) {
+			r.triggerReferencing(kind, e.Object)
 		},
 	}
 }
 
-func (r *Reconciler) triggerReferencing(ctx context.Context, kind string, obj client.Object) {
-	selectors := []client.MatchingFields{{indexCABundle: kind + "/" + obj.GetName()}}
-	if kind == kindSecret {
-		selectors = append(selectors, client.MatchingFields{indexCredentials: obj.GetName()})
-	}
-	var buckets []bucketRef
-	for _, sel := range selectors {
-		var list phalanksv1beta1.StorageBucketList
-		// Only their names and UIDs are read: the cache's own objects, not a copy of
-		// each (a Secret used by 50,000 StorageBuckets would copy all of them).
-		if err := r.client.List(ctx, &list, client.InNamespace(obj.GetNamespace()), sel, client.UnsafeDisableDeepCopy); err != nil {
-			// The next scheduled probe notices the change through the fingerprint.
-			logf.FromContext(ctx).Error(err, "list StorageBuckets referencing a changed object", "kind", kind, "object", client.ObjectKeyFromObject(obj))
-			continue
-		}
-		for i := range list.Items {
-			buckets = append(buckets, refOf(&list.Items[i]))
-		}
-	}
-	r.sched.TriggerNow(r.clock.Now(), buckets...)
+// triggerReferencing makes the users of a changed Secret or ConfigMap due now.
+func (r *Reconciler) triggerReferencing(kind string, obj client.Object) {
+	key := refKey{kind: kind, NamespacedName: client.ObjectKeyFromObject(obj)}
+	r.refs.changed(key)
+	r.sched.TriggerNow(r.clock.Now(), r.refs.usersOf(key)...)
 }
 
 // refOf names a StorageBucket for the scheduler.

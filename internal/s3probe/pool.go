@@ -29,6 +29,15 @@ import (
 type Credentials struct {
 	AccessKeyID     string
 	SecretAccessKey string
+	// secretHash is the secret's SHA-256 (what the client cache is keyed by), when
+	// NewCredentials made it once for every probe that uses the pair.
+	secretHash *[sha256.Size]byte
+}
+
+// NewCredentials returns the key pair with what the Pool keys its clients by made once.
+func NewCredentials(accessKeyID, secretAccessKey string) *Credentials {
+	h := sha256.Sum256([]byte(secretAccessKey))
+	return &Credentials{AccessKeyID: accessKeyID, SecretAccessKey: secretAccessKey, secretHash: &h}
 }
 
 // String hides the key pair from logs and error messages.
@@ -174,7 +183,11 @@ func (p *Pool) Conn(e Endpoint) (*Conn, error) {
 	ck := clientKey{region: e.Region, addressing: e.Addressing}
 	if e.Credentials != nil {
 		ck.accessKey = e.Credentials.AccessKeyID
-		ck.secretHash = sha256.Sum256([]byte(e.Credentials.SecretAccessKey))
+		if h := e.Credentials.secretHash; h != nil {
+			ck.secretHash = *h
+		} else {
+			ck.secretHash = sha256.Sum256([]byte(e.Credentials.SecretAccessKey))
+		}
 	}
 
 	now := p.clock().Now()

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"sync"
@@ -90,9 +91,9 @@ func runScenario(b *testing.B) {
 	opRes := sc.measure(b, op, windows*interval)
 
 	// Capacity, twice, each time next to a raw HeadBucket loop of the same length: the
-	// credentials Secret is rotated every second, which makes every bucket due again
-	// before the operator is through the last rotation's, so its workers are busy the
-	// whole window; its probe rate and CPU time per probe over the window are its
+	// credentials Secret is rotated every rotationPeriod, which makes every bucket due
+	// again well before the operator is through the last rotation's, so its workers are
+	// busy the whole window; its probe rate and CPU time per probe over the window are its
 	// capacity. The operator keeps probing on schedule during the raw loop, so the raw
 	// side counts those probes too.
 	var opRates, rawRates []float64
@@ -104,11 +105,15 @@ func runScenario(b *testing.B) {
 		bg := op.metric("phalanks_storagebucket_probes_total", nil)
 		t := time.Now()
 		side := sc.startSide()
-		raw, cpu := sc.rawLoop(b, n, capacityWindow)
+		rawProfile := ""
+		if profile != "" && round == 2 {
+			rawProfile = profile + ".raw"
+		}
+		raw, cpu := sc.rawLoop(b, n, capacityWindow, rawProfile)
 		background := (op.metric("phalanks_storagebucket_probes_total", nil) - bg) / time.Since(t).Seconds()
 		rawRates, rawCPU = append(rawRates, raw+background), append(rawCPU, cpu)
 		rawSide = append(rawSide, side.end(b, (raw+background)*time.Since(t).Seconds()))
-		progress("capacity round %d: rotating the credentials Secret every second, so every bucket stays due", round)
+		progress("capacity round %d: rotating the credentials Secret every %s, so every bucket stays due", round, rotationPeriod)
 		profiled := ""
 		if profile != "" && round == 2 {
 			profiled = profile
@@ -142,10 +147,14 @@ func runScenario(b *testing.B) {
 const (
 	capacityWindow   = 15 * time.Second
 	saturationRampUp = 3 * time.Second
+	// rotationPeriod makes buckets due four times a second: 20,000 probes a second of
+	// demand at 5,000 buckets, several times what the operator can do (with one
+	// rotation a second the queue ran dry at 5,000 probes a second).
+	rotationPeriod = 250 * time.Millisecond
 )
 
-// saturate rotates the credentials Secret every second, so every bucket is due again
-// before the operator has probed the last rotation's, and returns the operator's probe
+// saturate rotates the credentials Secret every rotationPeriod, so every bucket is due
+// again before the operator has probed the last rotation's, and returns the operator's probe
 // rate and CPU time per probe over capacityWindow, after saturationRampUp: the probes
 // counted between two scrapes at the window's ends, and the process's CPU time between
 // them (the two scrapes included, a few milliseconds). With profile set, the window's
@@ -156,7 +165,7 @@ func (sc *scenario) saturate(b *testing.B, op *proc, rotations *int, pprofAddr, 
 	stop := make(chan struct{})
 	rotated := make(chan error, 1)
 	go func() {
-		tick := time.NewTicker(time.Second)
+		tick := time.NewTicker(rotationPeriod)
 		defer tick.Stop()
 		for {
 			if err := sc.rotate(rotations); err != nil {
@@ -454,6 +463,13 @@ func (sc *scenario) start(b *testing.B, name, bin string, args ...string) *proc 
 		p:       &process.Process{Name: name, Path: bin, Args: args, LogPath: filepath.Join(sc.dir, name+".log")},
 		metrics: "http://" + process.HostPort(ports[0]) + "/metrics",
 	}
+	if name == "manager" {
+		// PHALANKS_BENCH_MANAGER_GOGC runs the manager (alone: not this process's raw
+		// loop) with that GOGC, to see what its garbage collection costs.
+		if v := os.Getenv("PHALANKS_BENCH_MANAGER_GOGC"); v != "" {
+			p.p.Env = []string{"GOGC=" + v}
+		}
+	}
 	must(b, p.p.Start())
 	b.Cleanup(p.stop)
 	must(b, process.WaitFor(p.p, time.Minute, func() error { _, err := p.scrape(); return err }))
@@ -602,8 +618,9 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 
 // rawLoop runs HeadBucket on the buckets in turn from concurrency goroutines for d, over
 // one shared transport, and returns the probes per second and the CPU time per probe
-// (of this whole process, which does nothing else meanwhile).
-func (sc *scenario) rawLoop(b *testing.B, n int, d time.Duration) (float64, time.Duration) {
+// (of this whole process, which does nothing else meanwhile). With profile set, it
+// writes this process's CPU profile of the loop there.
+func (sc *scenario) rawLoop(b *testing.B, n int, d time.Duration, profile string) (float64, time.Duration) {
 	c, err := miniogo.New(sc.s3.Endpoint, &miniogo.Options{
 		Creds:      credentials.NewStaticV4(sc.s3.AccessKey, sc.s3.SecretKey, ""),
 		Region:     sc.s3.Region,
@@ -616,6 +633,15 @@ func (sc *scenario) rawLoop(b *testing.B, n int, d time.Duration) (float64, time
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var wg sync.WaitGroup
+	if profile != "" {
+		f, err := os.Create(profile) //nolint:gosec // G304: the file the benchmark's user named in PHALANKS_BENCH_CPUPROFILE
+		must(b, err)
+		must(b, pprof.StartCPUProfile(f))
+		defer func() {
+			pprof.StopCPUProfile()
+			must(b, f.Close())
+		}()
+	}
 	start := time.Now()
 	cpuBefore := cpuSeconds(os.Getpid())
 	for range concurrency {
