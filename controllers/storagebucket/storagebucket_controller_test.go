@@ -69,7 +69,7 @@ var _ = Describe("StorageBucket probing", func() {
 		eventuallyReady(sb, metav1.ConditionTrue, "BucketReady", 30*time.Second)
 		// Scheduled probes after the last status write reuse what the first one read.
 		Consistently(func() string { return condition(get(sb), phalanksv1beta1.ConditionReady).Reason }).
-			WithTimeout(2*sb.Spec.HealthCheck.IntervalDuration()).WithPolling(500*time.Millisecond).Should(Equal("BucketReady"))
+			WithTimeout(2 * sb.Spec.HealthCheck.IntervalDuration()).WithPolling(500 * time.Millisecond).Should(Equal("BucketReady"))
 
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sec), sec)).To(Succeed())
 		sec.Data["AWS_SECRET_ACCESS_KEY"] = []byte("rotated-away")
