@@ -61,10 +61,10 @@ var _ = Describe("StorageBucket probing", func() {
 	})
 
 	It("uses a Secret's new key pair at the first probe after it changed, also after probes that reused the old one", func() {
-		Expect(s3.MakeBucket(ctx, "rotated-bucket", miniogo.MakeBucketOptions{})).To(Succeed())
-		sec := credentials(ns, "rotated", s3)
-		sb := newBucket(ns, "rotated", "rotated-bucket", s3)
-		sb.Spec.CredentialsSecretRef.Name = "rotated"
+		Expect(s3.MakeBucket(ctx, "rekeyed-bucket", miniogo.MakeBucketOptions{})).To(Succeed())
+		sec := credentials(ns, "rekeyed", s3)
+		sb := newBucket(ns, "rekeyed", "rekeyed-bucket", s3)
+		sb.Spec.CredentialsSecretRef.Name = "rekeyed"
 		create(sb)
 		eventuallyReady(sb, metav1.ConditionTrue, "BucketReady", 30*time.Second)
 		// Scheduled probes after the last status write reuse what the first one read.
