@@ -16,8 +16,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -100,7 +102,17 @@ func runScenario(b *testing.B) {
 	var opCPU, rawCPU []time.Duration
 	var opSide, rawSide []sideLoad
 	rotations := 0
-	for round := 1; round <= 2; round++ {
+	// PHALANKS_BENCH_CAPACITY_ROUNDS sets how many rounds (default 4): the machine's
+	// speed drifts by more than the difference measured, so each round's ratio pairs the
+	// two windows next to each other, and the report gives the median round.
+	rounds := 4
+	if v := os.Getenv("PHALANKS_BENCH_CAPACITY_ROUNDS"); v != "" {
+		var err error
+		if rounds, err = strconv.Atoi(v); err != nil || rounds < 1 {
+			b.Fatalf("PHALANKS_BENCH_CAPACITY_ROUNDS=%q: want a positive number", v)
+		}
+	}
+	for round := 1; round <= rounds; round++ {
 		progress("capacity round %d: raw HeadBucket loop at concurrency %d", round, concurrency)
 		bg := op.metric("phalanks_storagebucket_probes_total", nil)
 		t := time.Now()
@@ -138,7 +150,7 @@ func runScenario(b *testing.B) {
 	nv.stop()
 
 	report(b, n, opRes, nvRes, capacityResult{op: mean(opRates), raw: mean(rawRates), burst: burst,
-		opCPU: (opCPU[0] + opCPU[1]) / 2, rawCPU: (rawCPU[0] + rawCPU[1]) / 2,
+		opCPUs: opCPU, rawCPUs: rawCPU, opRates: opRates, rawRates: rawRates,
 		opSide: meanSide(opSide), rawSide: meanSide(rawSide)})
 }
 
@@ -671,9 +683,11 @@ func (sc *scenario) rawLoop(b *testing.B, n int, d time.Duration, profile string
 
 // capacityResult compares the operator's probe capacity with the raw loop's.
 type capacityResult struct {
-	op, raw       float64 // probes per second
-	burst         time.Duration
-	opCPU, rawCPU time.Duration // CPU time per probe
+	op, raw float64 // probes per second, mean of the rounds
+	burst   time.Duration
+	// Each round's CPU time per probe and probes per second, operator and raw loop.
+	opCPUs, rawCPUs   []time.Duration
+	opRates, rawRates []float64
 	// opSide and rawSide are MinIO's CPU time per probe and the machine's busy share
 	// in each side's windows.
 	opSide, rawSide sideLoad
@@ -681,6 +695,8 @@ type capacityResult struct {
 
 func report(b *testing.B, n int, op, nv result, c capacityResult) {
 	capacity, raw, burst := c.op, c.raw, c.burst
+	b.ReportMetric(capacity, "capacity_probes/s")
+	b.ReportMetric(raw, "raw_probes/s")
 	b.ReportMetric(100*op.onTimeShare, "ontime_%")
 	b.ReportMetric(ms(op.p50), "p50_late_ms")
 	b.ReportMetric(ms(op.p99), "p99_late_ms")
@@ -688,11 +704,17 @@ func report(b *testing.B, n int, op, nv result, c capacityResult) {
 	b.ReportMetric(op.writes["leases"]/op.probes, "lease_writes/probe")
 	b.ReportMetric(op.rssMiB, "rss_MiB")
 	b.ReportMetric(op.cpuCores, "cpu_cores")
-	b.ReportMetric(capacity, "capacity_probes/s")
-	b.ReportMetric(raw, "raw_probes/s")
-	b.ReportMetric(capacity/raw, "capacity/raw")
-	b.ReportMetric(float64(c.opCPU.Microseconds()), "cpu_us/probe")
-	b.ReportMetric(float64(c.rawCPU.Microseconds()), "raw_cpu_us/probe")
+	cpuRatios, capRatios := make([]float64, len(c.opCPUs)), make([]float64, len(c.opCPUs))
+	for i := range c.opCPUs {
+		cpuRatios[i] = float64(c.opCPUs[i]) / float64(c.rawCPUs[i])
+		capRatios[i] = c.opRates[i] / c.rawRates[i]
+	}
+	cpuRatio, capRatio := median(cpuRatios), median(capRatios)
+	opCPU, rawCPU := seconds(median(durations(c.opCPUs))), seconds(median(durations(c.rawCPUs)))
+	b.ReportMetric(capRatio, "capacity/raw")
+	b.ReportMetric(float64(opCPU.Microseconds()), "cpu_us/probe")
+	b.ReportMetric(float64(rawCPU.Microseconds()), "raw_cpu_us/probe")
+	b.ReportMetric(cpuRatio, "cpu/raw_cpu")
 	b.ReportMetric(100*nv.onTimeShare, "naive_ontime_%")
 	b.ReportMetric(ms(nv.p50), "naive_p50_late_ms")
 	b.ReportMetric(ms(nv.p99), "naive_p99_late_ms")
@@ -710,11 +732,47 @@ func report(b *testing.B, n int, op, nv result, c capacityResult) {
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	fmt.Println(row("operator (bin/manager)", op))
 	fmt.Println(row("naive seed-style baseline", nv))
-	fmt.Printf("\nProbe capacity (mean of two rounds of %s): operator %.0f probes/s, raw HeadBucket loop %.0f probes/s: %.0f %%; "+
-		"all %d buckets re-probed in %s after one Secret rotation\n", capacityWindow, capacity, raw, 100*capacity/raw, n, burst.Round(10*time.Millisecond))
-	fmt.Printf("CPU per probe: operator %s, raw loop %s (%.2f×); MinIO's per probe: %s and %s; the machine's CPUs busy: %.0f %% and %.0f %%\n\n",
-		c.opCPU.Round(time.Microsecond), c.rawCPU.Round(time.Microsecond), float64(c.opCPU)/float64(c.rawCPU),
+	fmt.Printf("\nProbe capacity (%d rounds of %s): operator %.0f probes/s, raw HeadBucket loop %.0f probes/s (means); "+
+		"median round %.0f %% (rounds %s); all %d buckets re-probed in %s after one Secret rotation\n",
+		len(capRatios), capacityWindow, capacity, raw, 100*capRatio, percents(capRatios), n, burst.Round(10*time.Millisecond))
+	fmt.Printf("CPU per probe (medians): operator %s, raw loop %s; median round %.2f× (rounds %s); MinIO's per probe: %s and %s; "+
+		"the machine's CPUs busy: %.0f %% and %.0f %%\n\n",
+		opCPU.Round(time.Microsecond), rawCPU.Round(time.Microsecond), cpuRatio, ratios(cpuRatios),
 		c.opSide.minioCPU.Round(time.Microsecond), c.rawSide.minioCPU.Round(time.Microsecond), 100*c.opSide.busy, 100*c.rawSide.busy)
+}
+
+// median returns the middle value (the mean of the two middle ones for an even count).
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func durations(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Seconds()
+	}
+	return out
+}
+
+func ratios(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.2f×", x)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func percents(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.0f %%", 100*x)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // memMiB reads a process's resident set size, or its peak, in MiB.
