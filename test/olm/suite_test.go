@@ -27,6 +27,7 @@ import (
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/test/harness/cluster"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
+	"github.com/phalanks/phalanks-operator/test/harness/process"
 	"github.com/phalanks/phalanks-operator/test/harness/report"
 	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
 	"github.com/phalanks/phalanks-operator/test/olm"
@@ -190,30 +191,13 @@ var _ = BeforeSuite(func() {
 	DeferCleanup(s3.Stop)
 })
 
-// leftoverChildren lists the test process's child processes (pid and command line).
-func leftoverChildren() []string {
-	var left []string
-	tasks, _ := filepath.Glob("/proc/self/task/*/children")
-	for _, t := range tasks {
-		data, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		for _, pid := range strings.Fields(string(data)) {
-			cmdline, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline")) //nolint:gosec // G703: a PID the kernel listed
-			left = append(left, pid+" "+strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " "))
-		}
-	}
-	return left
-}
-
 // The folder with every log is named on failure and removed on success, after every
 // process has been stopped.
 var _ = ReportAfterSuite("logs", func(r Report) {
 	if dir == "" {
 		return
 	}
-	if left := leftoverChildren(); len(left) > 0 {
+	if left := process.Children(); len(left) > 0 {
 		Fail(fmt.Sprintf("processes outlived the suite: %s", strings.Join(left, "; ")))
 	}
 	if !r.SuiteSucceeded {
