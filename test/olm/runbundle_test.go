@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -70,7 +71,7 @@ func itRunsTheOperatorSDKInstallCommands() {
 			case "Foo":
 				check(unstructured.SetNestedField(obj.Object, testAppImage, "spec", "image"))
 			}
-			Expect(k8s.Create(ctx, obj)).To(Succeed(), "%s %s", obj.GetKind(), obj.GetName())
+			createWhileTheWebhookIsRouted(obj)
 		}
 		Eventually(func(g Gomega) {
 			alive()
@@ -176,6 +177,24 @@ func sampleStates(g Gomega, examples []*unstructured.Unstructured) map[string]sa
 // expectSDKInstalled waits until the release's CSV, installed by operator-sdk run bundle
 // (or bundle-upgrade) in sdkNamespace, has Succeeded, and its Deployment runs the
 // release's image on every replica, Ready.
+// createWhileTheWebhookIsRouted creates obj, and tries again only while the API server
+// cannot reach the conversion webhook yet. The operator's pods serve it before they turn
+// Ready, but the Service routes to them only once kube-proxy has seen the Ready
+// endpoints, a moment after the Deployment is available and OLM marks the CSV
+// Succeeded; a v1alpha1 sample created in between meets "connection refused". Any other
+// error fails at once.
+func createWhileTheWebhookIsRouted(obj client.Object) {
+	GinkgoHelper()
+	Eventually(func() error {
+		alive()
+		err := k8s.Create(ctx, obj)
+		if err != nil && !strings.Contains(err.Error(), "conversion webhook") {
+			return StopTrying("creating " + obj.GetObjectKind().GroupVersionKind().Kind + " " + obj.GetName()).Wrap(err)
+		}
+		return err
+	}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed(), "%s %s", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName())
+}
+
 func expectSDKInstalled(r *olm.Release) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
