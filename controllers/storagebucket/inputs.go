@@ -68,9 +68,12 @@ type refReader struct {
 	// StorageBucket uses any more is dropped.
 	usedBy map[types.UID][]refKey
 	users  map[refKey]map[types.UID]types.NamespacedName
-	// versions counts the changes seen of each referenced object (changed): inputs read
-	// while the counts of their objects stay the same can be used again.
-	versions map[refKey]uint64
+	// versions counts the changes seen of each object some StorageBucket uses (changed):
+	// inputs read while the counts of their objects stay the same can be used again.
+	// Changes of objects nobody uses (most of the cluster's ConfigMaps) are only counted
+	// in unusedChanges, so the map holds no more than users does.
+	versions      map[refKey]uint64
+	unusedChanges uint64
 }
 
 // changed records that an informer saw the object change (created, updated, deleted),
@@ -78,10 +81,22 @@ type refReader struct {
 func (r *refReader) changed(key refKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(r.users[key]) == 0 {
+		r.unusedChanges++
+		return
+	}
 	if r.versions == nil {
 		r.versions = map[refKey]uint64{}
 	}
 	r.versions[key]++
+}
+
+// unusedChangeCount returns how many changes of objects nobody used were seen: one
+// during a pass's read may be of an object the pass is about to start using.
+func (r *refReader) unusedChangeCount() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.unusedChanges
 }
 
 // refVersions are the change counts of a StorageBucket's referenced objects.
@@ -329,6 +344,7 @@ func (r *refReader) leaveLocked(uid types.UID, left, kept []refKey) {
 		if len(r.users[k]) == 0 {
 			delete(r.users, k)
 			delete(r.data, k)
+			delete(r.versions, k)
 		}
 	}
 }
@@ -360,14 +376,19 @@ type inputsKey struct {
 // when they were usable and neither the StorageBucket nor an object it references has
 // changed since (every scheduled probe of a healthy bucket), or else loadInputs'.
 // Unusable inputs are read again every pass, as a missing Secret may appear without
-// an event of the informer (one without the label).
+// an event of the informer (one without the label). So are inputs read while an object
+// nobody used changed: it may be one of theirs, whose change was not counted because
+// this read had not yet recorded its use.
 func (r *Reconciler) inputsFor(ctx context.Context, sb *phalanksv1beta1.StorageBucket, st *bucketState) (inputs, error) {
+	unused := r.refs.unusedChangeCount()
 	key := inputsKey{resourceVersion: sb.ResourceVersion, refs: r.refs.versionsOf(sb)}
 	if st != nil && st.inputs.read == key && st.inputs.key != "" && st.inputs.failure == nil {
 		return st.inputs, nil
 	}
 	in, err := r.loadInputs(ctx, sb, false)
-	in.read = key
+	if r.refs.unusedChangeCount() == unused {
+		in.read = key // else the zero key, which no StorageBucket's version matches
+	}
 	return in, err
 }
 
