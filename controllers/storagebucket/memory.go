@@ -169,10 +169,14 @@ func (m *memory) state(uid types.UID) *bucketState {
 func (m *memory) store(uid types.UID, st *bucketState) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if old, ok := m.buckets[uid]; ok {
+	old, ok := m.buckets[uid]
+	m.buckets[uid] = st
+	if ok && old.endpoint == st.endpoint {
+		return // the same endpoint's user still
+	}
+	if ok {
 		m.leaveLocked(old.endpoint)
 	}
-	m.buckets[uid] = st
 	m.users[st.endpoint]++
 }
 

@@ -183,7 +183,7 @@ func TestDecideProbe(t *testing.T) {
 func TestTickerDispatchesDueBucketsAndNeverBlocksShutdown(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	s := newScheduler()
-	events := make(chan event.TypedGenericEvent[dueBucket]) // unbuffered, never read below
+	events := make(chan event.TypedGenericEvent[dueBatch]) // unbuffered, never read below
 	tk := &ticker{sched: s, events: events, period: time.Second, clock: clk}
 	s.Schedule(key(1), t0)
 	ctx, cancel := contextWithCancel(t)
@@ -203,7 +203,7 @@ func TestTickerDispatchesDueBucketsAndNeverBlocksShutdown(t *testing.T) {
 func TestTickerSendsOnlyWhatIsDueAndWakesAtTheNextDueTime(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	s := newScheduler()
-	events := make(chan event.TypedGenericEvent[dueBucket], 10)
+	events := make(chan event.TypedGenericEvent[dueBatch], 10)
 	tk := &ticker{sched: s, events: events, period: time.Minute, clock: clk}
 	s.Schedule(key(1), t0)
 	s.Schedule(key(2), t0.Add(1500*time.Millisecond))
@@ -212,7 +212,7 @@ func TestTickerSendsOnlyWhatIsDueAndWakesAtTheNextDueTime(t *testing.T) {
 	defer cancel()
 	select {
 	case e := <-events:
-		if e.Object.bucketRef != key(1) {
+		if len(e.Object) != 1 || e.Object[0].bucketRef != key(1) {
 			t.Fatalf("sent %+v, want the bucket due now", e.Object)
 		}
 	case <-time.After(10 * time.Second):
@@ -231,7 +231,7 @@ func TestTickerSendsOnlyWhatIsDueAndWakesAtTheNextDueTime(t *testing.T) {
 	clk.Step(time.Millisecond)
 	select {
 	case e := <-events:
-		if e.Object.bucketRef != key(2) || !e.Object.Due.Equal(t0.Add(1500*time.Millisecond)) {
+		if len(e.Object) != 1 || e.Object[0].bucketRef != key(2) || !e.Object[0].Due.Equal(t0.Add(1500*time.Millisecond)) {
 			t.Errorf("sent %+v", e.Object)
 		}
 	case <-time.After(10 * time.Second):
@@ -239,26 +239,60 @@ func TestTickerSendsOnlyWhatIsDueAndWakesAtTheNextDueTime(t *testing.T) {
 	}
 }
 
+// Whatever a wake-up finds due crosses the channel as one event, earliest first: the
+// channel source's goroutines and the queue's add buffer are paid once per wake-up, not
+// once per bucket (the capacity benchmark makes 5,000 buckets due at once).
+func TestTickerSendsAWakeUpsDueBucketsAsOneEvent(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	s := newScheduler()
+	const n = 1000
+	events := make(chan event.TypedGenericEvent[dueBatch], 2*n) // room for one event per bucket
+	var dispatched []int
+	tk := &ticker{sched: s, events: events, period: time.Minute, clock: clk, onDispatch: func(n int) { dispatched = append(dispatched, n) }}
+	for i := range n {
+		s.Schedule(key(i), t0.Add(-time.Duration(n-i)*time.Millisecond))
+	}
+	s.Resume(key(n), t0)
+	tk.dispatch(t.Context())
+	if len(events) != 1 {
+		t.Fatalf("the wake-up sent %d events, want one", len(events))
+	}
+	batch := (<-events).Object
+	if len(batch) != n+1 || fmt.Sprint(dispatched) != fmt.Sprint([]int{n + 1}) {
+		t.Fatalf("the event holds %d buckets (dispatched %v), want %d", len(batch), dispatched, n+1)
+	}
+	for i, d := range batch {
+		if d.bucketRef != key(i) || d.Resume != (i == n) {
+			t.Fatalf("bucket %d of the event is %+v, want %s, earliest first", i, d, key(i).Key)
+		}
+	}
+	tk.dispatch(t.Context())
+	if len(events) != 0 {
+		t.Errorf("a wake-up with nothing due sent %d events", len(events))
+	}
+}
+
 func TestDueHandlerEnqueuesAtOnceBelowEveryEditAndResumesLast(t *testing.T) {
 	q := priorityqueue.New[reconcile.Request]("test")
 	defer q.ShutDown()
 	h := dueHandler()
-	h.Generic(t.Context(), event.TypedGenericEvent[dueBucket]{Object: dueBucket{bucketRef: key(3), Due: t0, Resume: true}}, q)
-	h.Generic(t.Context(), event.TypedGenericEvent[dueBucket]{Object: dueBucket{bucketRef: key(1), Due: t0}}, q)
+	h.Generic(t.Context(), event.TypedGenericEvent[dueBatch]{Object: dueBatch{
+		{bucketRef: key(3), Due: t0, Resume: true}, {bucketRef: key(1), Due: t0}, {bucketRef: key(4), Due: t0.Add(time.Second)},
+	}}, q)
 	// A user's edit arrives later but at normal priority: it is served first.
 	q.Add(reconcile.Request{NamespacedName: key(2).Key})
-	if n := q.Len(); n != 3 { // Len flushes the add buffer, so all are in before the first Get
-		t.Fatalf("queue holds %d ready items, want 3", n)
+	if n := q.Len(); n != 4 { // Len flushes the add buffer, so all are in before the first Get
+		t.Fatalf("queue holds %d ready items, want 4", n)
 	}
 	var got []string
-	for range 3 {
+	for range 4 {
 		req, prio, _ := q.GetWithPriority()
 		got = append(got, fmt.Sprintf("%s(%d)", req.Name, prio))
 		q.Done(req)
 	}
-	want := []string{"b2(0)", fmt.Sprintf("b1(%d)", schedulePriority), fmt.Sprintf("b3(%d)", resumePriority)}
+	want := []string{"b2(0)", fmt.Sprintf("b1(%d)", schedulePriority), fmt.Sprintf("b4(%d)", schedulePriority), fmt.Sprintf("b3(%d)", resumePriority)}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("served %v, want the edit, then the due bucket, then the resumed one: %v", got, want)
+		t.Errorf("served %v, want the edit, then the due buckets earliest first, then the resumed one: %v", got, want)
 	}
 	var _ workqueue.TypedRateLimitingInterface[reconcile.Request] = q
 }

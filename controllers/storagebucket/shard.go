@@ -125,7 +125,10 @@ type slotWork struct {
 	// (drain waits for it), but never by a replica whose ownership lapsed.
 	ctx, cleanup          context.Context
 	cancel, cancelCleanup context.CancelFunc
-	running               int
+	// pass is ctx with cleanup as its probes' cleanup context: the slot's side of every
+	// pass's context (passContext).
+	pass    context.Context
+	running int
 }
 
 func newShardWork(m *sharding.Member) *shardWork {
@@ -134,6 +137,7 @@ func newShardWork(m *sharding.Member) *shardWork {
 		s := &w.slots[i]
 		s.ctx, s.cancel = canceled()
 		s.cleanup, s.cancelCleanup = context.WithCancel(context.Background())
+		s.pass = s3probe.WithCleanupContext(s.ctx, s.cleanup)
 	}
 	return w
 }
@@ -158,6 +162,7 @@ func (w *shardWork) changed(old, owned sharding.Set) {
 				s.cleanup, s.cancelCleanup = context.WithCancel(context.Background())
 			}
 			s.ctx, s.cancel = context.WithCancel(s.cleanup)
+			s.pass = s3probe.WithCleanupContext(s.ctx, s.cleanup)
 		}
 	}
 }
@@ -172,33 +177,58 @@ func (w *shardWork) lapse() {
 }
 
 // begin starts a pass on the StorageBucket with uid, under the context of its slot
-// merged with ctx. It returns false when this replica does not own the slot.
-func (w *shardWork) begin(ctx context.Context, uid types.UID) (context.Context, func(), bool) {
+// merged with ctx (passContext). It returns false when this replica does not own the
+// slot; end(slot) ends a pass that began.
+func (w *shardWork) begin(ctx context.Context, uid types.UID) (context.Context, int, bool) {
 	if w == nil {
-		return ctx, func() {}, true
+		return ctx, 0, true
 	}
 	slot := sharding.SlotOf(uid)
 	w.mu.Lock()
 	s := &w.slots[slot]
 	if s.ctx.Err() != nil || !w.member.Owns(slot) {
 		w.mu.Unlock()
-		return ctx, func() {}, false
+		return ctx, slot, false
 	}
 	s.running++
-	slotCtx, cleanup := s.ctx, s.cleanup
+	base := s.pass
 	w.mu.Unlock()
-	// The pass ends with its slot (given up, lapsed, or left when the process stops), not
-	// with the request's context: a context derived from that one would be registered
-	// with the controller's, which every pass of every worker shares, under one lock.
-	pass, cancel := context.WithCancel(s3probe.WithCleanupContext(context.WithoutCancel(ctx), cleanup))
-	stop := context.AfterFunc(slotCtx, cancel)
-	return pass, func() {
-		stop()
-		cancel()
-		w.mu.Lock()
-		w.slots[slot].running--
-		w.mu.Unlock()
-	}, true
+	return passContext{Context: base, req: ctx}, slot, true
+}
+
+// end ends a pass that begin started on slot.
+func (w *shardWork) end(slot int) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.slots[slot].running--
+	w.mu.Unlock()
+}
+
+// passContext is the context of a pass: it ends with its slot (given up, lapsed, or
+// left when the process stops), not with the request's context, and it carries the
+// request's values (its logger, its reconcile ID) besides the slot's.
+//
+// The slot's side is a chain made here from context.Background (slotWork.pass), so it
+// answers only two lookups: the s3probe cleanup context, and the cancelation its
+// contexts register with. Asking it first is what makes a context derived from a pass
+// (the probe's timeout) register with the slot's cancelation directly, under the slot's
+// lock. A context derived from the request's would be registered with the controller's
+// one, which every pass of every worker shares, under one lock; and a cancelable
+// context per pass, tied to the slot with context.AfterFunc, cost five allocations and
+// a map of children on every probe.
+type passContext struct {
+	context.Context // the slot's: Deadline, Done, Err, and its values
+	req             context.Context
+}
+
+// Value looks key up in the slot's context, then in the request's.
+func (c passContext) Value(key any) any {
+	if v := c.Context.Value(key); v != nil {
+		return v
+	}
+	return c.req.Value(key)
 }
 
 // drainPoll is how often drain looks at the running passes.

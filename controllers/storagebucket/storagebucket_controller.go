@@ -223,7 +223,7 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		mem:      newMemory(),
 		opts:     o,
 	}
-	due := make(chan event.TypedGenericEvent[dueBucket], o.Concurrency)
+	due := make(chan event.TypedGenericEvent[dueBatch], 1)
 	if err := mgr.Add(&ticker{sched: r.sched, events: due, period: o.Tick, clock: o.Clock, leaderOnly: o.Shard == nil,
 		onDispatch: func(n int) { dispatchedBuckets.Add(float64(n)); scheduledBuckets.Set(float64(r.sched.Len())) }}); err != nil {
 		return nil, fmt.Errorf("add StorageBucket ticker: %w", err)
@@ -272,8 +272,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, fmt.Errorf("get StorageBucket: %w", err)
 	}
-	ctx, done, owned := r.work.begin(ctx, sb.UID)
-	defer done()
+	ctx, slot, owned := r.work.begin(ctx, sb.UID)
+	if owned {
+		defer r.work.end(slot)
+	}
 	if !owned || !r.owns(sb.UID) {
 		// Another replica's share (or ours until a moment ago): drop what we hold under
 		// this name, also for a predecessor of ours that was deleted and replaced by this

@@ -21,21 +21,24 @@ import (
 //
 // It sleeps until the earliest due time on the schedule (or a kick, when something
 // became due sooner), pops every bucket due by then and sends them into the channel the
-// controller watches; the handler puts each straight into the queue. A due bucket thus
-// crosses one heap (the schedule) and one queue, once: the ticker decides when, the
-// channel delivers.
+// controller watches, as one event; the handler adds them to the queue with one call per
+// priority. A due bucket thus crosses one heap (the schedule) and one queue, once, and
+// the channel, the source's goroutines and the queue's add buffer are crossed once per
+// wake-up, not once per bucket: the ticker decides when, the channel delivers.
 type ticker struct {
 	sched  *scheduler
-	events chan<- event.TypedGenericEvent[dueBucket]
+	events chan<- event.TypedGenericEvent[dueBatch]
 	// period is the longest the ticker sleeps without looking at the schedule.
 	period time.Duration
 	clock  clock.WithTicker
 	// onDispatch observes how many buckets a wake-up dispatched.
 	onDispatch func(n int)
 	leaderOnly bool
-	// due is the last wake-up's buckets, its array reused by the next.
-	due []dueBucket
 }
+
+// dueBatch is the buckets one wake-up found due, earliest first. It belongs to the
+// event that carries it: the queue keeps the requests made of it until it flushes them.
+type dueBatch []dueBucket
 
 // NeedLeaderElection keeps an unsharded ticker on the elected leader.
 func (t *ticker) NeedLeaderElection() bool { return t.leaderOnly }
@@ -62,16 +65,16 @@ func (t *ticker) Start(ctx context.Context) error {
 }
 
 func (t *ticker) dispatch(ctx context.Context) {
-	t.due = t.sched.PopDue(t.clock.Now(), t.due[:0])
-	if t.onDispatch != nil && len(t.due) > 0 {
-		t.onDispatch(len(t.due))
+	due := t.sched.PopDue(t.clock.Now(), nil)
+	if len(due) == 0 {
+		return
 	}
-	for _, d := range t.due {
-		select {
-		case t.events <- event.TypedGenericEvent[dueBucket]{Object: d}:
-		case <-ctx.Done():
-			return
-		}
+	if t.onDispatch != nil {
+		t.onDispatch(len(due))
+	}
+	select {
+	case t.events <- event.TypedGenericEvent[dueBatch]{Object: due}:
+	case <-ctx.Done():
 	}
 }
 
@@ -85,20 +88,30 @@ const (
 	resumePriority   = handler.LowPriority - 1
 )
 
-// dueHandler enqueues a due bucket at once, at low priority.
-func dueHandler() handler.TypedEventHandler[dueBucket, reconcile.Request] {
-	return handler.TypedFuncs[dueBucket, reconcile.Request]{
-		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[dueBucket], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			req := reconcile.Request{NamespacedName: e.Object.Key}
-			priority := &scheduleOpts
-			if e.Object.Resume {
-				priority = &resumeOpts
+// dueHandler enqueues a wake-up's due buckets at once, at low priority, in the order
+// they came due: one add per priority, whatever their number.
+func dueHandler() handler.TypedEventHandler[dueBatch, reconcile.Request] {
+	return handler.TypedFuncs[dueBatch, reconcile.Request]{
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[dueBatch], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			scheduled := make([]reconcile.Request, 0, len(e.Object))
+			var resumed []reconcile.Request
+			for _, d := range e.Object {
+				req := reconcile.Request{NamespacedName: d.Key}
+				if d.Resume {
+					resumed = append(resumed, req)
+				} else {
+					scheduled = append(scheduled, req)
+				}
 			}
-			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
-				pq.AddWithOpts(*priority, req)
+			pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request])
+			if !ok {
+				for _, req := range append(scheduled, resumed...) {
+					q.Add(req)
+				}
 				return
 			}
-			q.Add(req)
+			pq.AddWithOpts(scheduleOpts, scheduled...)
+			pq.AddWithOpts(resumeOpts, resumed...)
 		},
 	}
 }
