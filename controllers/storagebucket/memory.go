@@ -154,16 +154,25 @@ func (m *memory) uidOf(key types.NamespacedName) (types.UID, bool) {
 	return uid, ok
 }
 
-// state returns a copy of the bucket's state, or nil for a bucket not probed yet.
+// state returns a copy of the bucket's state, or nil for a bucket not probed yet. The
+// pass works on the copy and stores it when it reports; a pass that stops without a
+// result leaves the state as it was.
 func (m *memory) state(uid types.UID) *bucketState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if st, ok := m.buckets[uid]; ok {
-		cp := *st
-		return &cp
+		cp := spareStates.Get().(*bucketState)
+		*cp = *st
+		return cp
 	}
 	return nil
 }
+
+// spareStates holds the states that store replaced, for the copies of later passes: a
+// state is some 600 bytes, copied on every pass. A replaced state is no one's: the
+// passes of a StorageBucket run one at a time, and the one that stored it has ended
+// before the next one copies it.
+var spareStates = sync.Pool{New: func() any { return new(bucketState) }}
 
 // store keeps the bucket's state.
 func (m *memory) store(uid types.UID, st *bucketState) {
@@ -171,6 +180,12 @@ func (m *memory) store(uid types.UID, st *bucketState) {
 	defer m.mu.Unlock()
 	old, ok := m.buckets[uid]
 	m.buckets[uid] = st
+	if ok && old == st {
+		return
+	}
+	if ok {
+		defer func() { *old = bucketState{}; spareStates.Put(old) }()
+	}
 	if ok && old.endpoint == st.endpoint {
 		return // the same endpoint's user still
 	}

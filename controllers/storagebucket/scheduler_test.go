@@ -212,7 +212,7 @@ func TestTickerSendsOnlyWhatIsDueAndWakesAtTheNextDueTime(t *testing.T) {
 	defer cancel()
 	select {
 	case e := <-events:
-		if len(e.Object) != 1 || e.Object[0].bucketRef != key(1) {
+		if fmt.Sprint(e.Object) != fmt.Sprint(dueBatch{scheduled: []reconcile.Request{{NamespacedName: key(1).Key}}}) {
 			t.Fatalf("sent %+v, want the bucket due now", e.Object)
 		}
 	case <-time.After(10 * time.Second):
@@ -231,8 +231,8 @@ func TestTickerSendsOnlyWhatIsDueAndWakesAtTheNextDueTime(t *testing.T) {
 	clk.Step(time.Millisecond)
 	select {
 	case e := <-events:
-		if len(e.Object) != 1 || e.Object[0].bucketRef != key(2) || !e.Object[0].Due.Equal(t0.Add(1500*time.Millisecond)) {
-			t.Errorf("sent %+v", e.Object)
+		if fmt.Sprint(e.Object) != fmt.Sprint(dueBatch{scheduled: []reconcile.Request{{NamespacedName: key(2).Key}}}) {
+			t.Errorf("sent %+v, want the bucket due 1.5 s later", e.Object)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the bucket due 1.5 s later was not sent at its due time")
@@ -258,13 +258,16 @@ func TestTickerSendsAWakeUpsDueBucketsAsOneEvent(t *testing.T) {
 		t.Fatalf("the wake-up sent %d events, want one", len(events))
 	}
 	batch := (<-events).Object
-	if len(batch) != n+1 || fmt.Sprint(dispatched) != fmt.Sprint([]int{n + 1}) {
-		t.Fatalf("the event holds %d buckets (dispatched %v), want %d", len(batch), dispatched, n+1)
+	if len(batch.scheduled) != n || fmt.Sprint(dispatched) != fmt.Sprint([]int{n + 1}) {
+		t.Fatalf("the event holds %d scheduled buckets (dispatched %v), want %d", len(batch.scheduled), dispatched, n)
 	}
-	for i, d := range batch {
-		if d.bucketRef != key(i) || d.Resume != (i == n) {
-			t.Fatalf("bucket %d of the event is %+v, want %s, earliest first", i, d, key(i).Key)
+	for i, req := range batch.scheduled {
+		if req.NamespacedName != key(i).Key {
+			t.Fatalf("scheduled bucket %d of the event is %s, want %s, earliest first", i, req, key(i).Key)
 		}
+	}
+	if fmt.Sprint(batch.resumed) != fmt.Sprint([]reconcile.Request{{NamespacedName: key(n).Key}}) {
+		t.Errorf("the event resumes %v, want %s", batch.resumed, key(n).Key)
 	}
 	tk.dispatch(t.Context())
 	if len(events) != 0 {
@@ -277,7 +280,8 @@ func TestDueHandlerEnqueuesAtOnceBelowEveryEditAndResumesLast(t *testing.T) {
 	defer q.ShutDown()
 	h := dueHandler()
 	h.Generic(t.Context(), event.TypedGenericEvent[dueBatch]{Object: dueBatch{
-		{bucketRef: key(3), Due: t0, Resume: true}, {bucketRef: key(1), Due: t0}, {bucketRef: key(4), Due: t0.Add(time.Second)},
+		scheduled: []reconcile.Request{{NamespacedName: key(1).Key}, {NamespacedName: key(4).Key}},
+		resumed:   []reconcile.Request{{NamespacedName: key(3).Key}},
 	}}, q)
 	// A user's edit arrives later but at normal priority: it is served first.
 	q.Add(reconcile.Request{NamespacedName: key(2).Key})

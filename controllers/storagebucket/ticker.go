@@ -34,11 +34,16 @@ type ticker struct {
 	// onDispatch observes how many buckets a wake-up dispatched.
 	onDispatch func(n int)
 	leaderOnly bool
+	// due is the last wake-up's buckets, its array reused by the next.
+	due []dueBucket
 }
 
-// dueBatch is the buckets one wake-up found due, earliest first. It belongs to the
-// event that carries it: the queue keeps the requests made of it until it flushes them.
-type dueBatch []dueBucket
+// dueBatch is the requests of the buckets one wake-up found due, earliest first, by
+// priority. Its slices belong to the event that carries them: the queue keeps them
+// until it flushes its add buffer.
+type dueBatch struct {
+	scheduled, resumed []reconcile.Request
+}
 
 // NeedLeaderElection keeps an unsharded ticker on the elected leader.
 func (t *ticker) NeedLeaderElection() bool { return t.leaderOnly }
@@ -65,15 +70,33 @@ func (t *ticker) Start(ctx context.Context) error {
 }
 
 func (t *ticker) dispatch(ctx context.Context) {
-	due := t.sched.PopDue(t.clock.Now(), nil)
-	if len(due) == 0 {
+	t.due = t.sched.PopDue(t.clock.Now(), t.due[:0])
+	if len(t.due) == 0 {
 		return
 	}
 	if t.onDispatch != nil {
-		t.onDispatch(len(due))
+		t.onDispatch(len(t.due))
+	}
+	resumed := 0
+	for _, d := range t.due {
+		if d.Resume {
+			resumed++
+		}
+	}
+	b := dueBatch{scheduled: make([]reconcile.Request, 0, len(t.due)-resumed)}
+	if resumed > 0 {
+		b.resumed = make([]reconcile.Request, 0, resumed)
+	}
+	for _, d := range t.due {
+		req := reconcile.Request{NamespacedName: d.Key}
+		if d.Resume {
+			b.resumed = append(b.resumed, req)
+		} else {
+			b.scheduled = append(b.scheduled, req)
+		}
 	}
 	select {
-	case t.events <- event.TypedGenericEvent[dueBatch]{Object: due}:
+	case t.events <- event.TypedGenericEvent[dueBatch]{Object: b}:
 	case <-ctx.Done():
 	}
 }
@@ -93,25 +116,17 @@ const (
 func dueHandler() handler.TypedEventHandler[dueBatch, reconcile.Request] {
 	return handler.TypedFuncs[dueBatch, reconcile.Request]{
 		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[dueBatch], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			scheduled := make([]reconcile.Request, 0, len(e.Object))
-			var resumed []reconcile.Request
-			for _, d := range e.Object {
-				req := reconcile.Request{NamespacedName: d.Key}
-				if d.Resume {
-					resumed = append(resumed, req)
-				} else {
-					scheduled = append(scheduled, req)
-				}
-			}
-			pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request])
-			if !ok {
-				for _, req := range append(scheduled, resumed...) {
-					q.Add(req)
-				}
+			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+				pq.AddWithOpts(scheduleOpts, e.Object.scheduled...)
+				pq.AddWithOpts(resumeOpts, e.Object.resumed...)
 				return
 			}
-			pq.AddWithOpts(scheduleOpts, scheduled...)
-			pq.AddWithOpts(resumeOpts, resumed...)
+			for _, req := range e.Object.scheduled {
+				q.Add(req)
+			}
+			for _, req := range e.Object.resumed {
+				q.Add(req)
+			}
 		},
 	}
 }
