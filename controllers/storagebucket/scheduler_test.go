@@ -239,6 +239,63 @@ func TestTickerSendsOnlyWhatIsDueAndWakesAtTheNextDueTime(t *testing.T) {
 	}
 }
 
+// In a steady state the due times are spread (each bucket has its own phase): the
+// ticker waits its gather past the first due time, so that the buckets due meanwhile
+// share the wake-up, and never sends a bucket before its due time. A kick sends what
+// is due at once.
+func TestTickerGathersTheBucketsDueShortlyAfterTheFirst(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	s := newScheduler()
+	events := make(chan event.TypedGenericEvent[dueBatch], 10)
+	tk := &ticker{sched: s, events: events, period: time.Minute, gather: 20 * time.Millisecond, clock: clk}
+	for i, at := range []time.Duration{100, 105, 119, 125} {
+		s.Schedule(key(i), t0.Add(at*time.Millisecond))
+	}
+	ctx, cancel := contextWithCancel(t)
+	go func() { _ = tk.Start(ctx) }()
+	defer cancel()
+	step := func(d time.Duration) {
+		t.Helper()
+		for !clk.HasWaiters() {
+			time.Sleep(time.Millisecond)
+		}
+		clk.Step(d)
+	}
+	sent := func(want ...int) {
+		t.Helper()
+		var reqs []reconcile.Request
+		for _, i := range want {
+			reqs = append(reqs, reconcile.Request{NamespacedName: key(i).Key})
+		}
+		select {
+		case e := <-events:
+			if fmt.Sprint(e.Object.scheduled) != fmt.Sprint(reqs) {
+				t.Fatalf("at %v the ticker sent %v, want %v", clk.Now().Sub(t0), e.Object.scheduled, reqs)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("at %v the ticker sent nothing, want %v", clk.Now().Sub(t0), reqs)
+		}
+	}
+	quiet := func() {
+		t.Helper()
+		select {
+		case e := <-events:
+			t.Fatalf("at %v the ticker sent %v", clk.Now().Sub(t0), e.Object)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	step(119 * time.Millisecond) // the first bucket is due since 19 ms
+	quiet()
+	step(time.Millisecond) // 20 ms past the first due time: the three due by now, not the fourth
+	sent(0, 1, 2)
+	step(20 * time.Millisecond) // 15 ms past the fourth's
+	quiet()
+	s.TriggerNow(clk.Now(), key(9)) // due now: at once, with the fourth, due 15 ms ago
+	sent(3, 9)
+	step(time.Hour)
+	quiet()
+}
+
 // Whatever a wake-up finds due crosses the channel as one event, earliest first: the
 // channel source's goroutines and the queue's add buffer are paid once per wake-up, not
 // once per bucket (the capacity benchmark makes 5,000 buckets due at once).

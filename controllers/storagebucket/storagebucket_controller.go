@@ -224,7 +224,7 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		opts:     o,
 	}
 	due := make(chan event.TypedGenericEvent[dueBatch], 1)
-	if err := mgr.Add(&ticker{sched: r.sched, events: due, period: o.Tick, clock: o.Clock, leaderOnly: o.Shard == nil,
+	if err := mgr.Add(&ticker{sched: r.sched, events: due, period: o.Tick, gather: dispatchGather, clock: o.Clock, leaderOnly: o.Shard == nil,
 		onDispatch: func(n int) { dispatchedBuckets.Add(float64(n)); scheduledBuckets.Set(float64(r.sched.Len())) }}); err != nil {
 		return nil, fmt.Errorf("add StorageBucket ticker: %w", err)
 	}

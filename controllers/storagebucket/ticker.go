@@ -34,9 +34,19 @@ type ticker struct {
 	// onDispatch observes how many buckets a wake-up dispatched.
 	onDispatch func(n int)
 	leaderOnly bool
+	// gather is how long the ticker sleeps past the due time it waits for, so that the
+	// buckets that come due meanwhile go in the same wake-up. Every bucket has its own
+	// phase on its interval's grid, so the due times are spread: without it, each probe
+	// of a steady state would wake the ticker, the channel source and the queue by
+	// itself. Buckets due already (a kick, a backlog) go at once.
+	gather time.Duration
 	// due is the last wake-up's buckets, its array reused by the next.
 	due []dueBucket
 }
+
+// dispatchGather is the ticker's gather: a probe starts at most this much later than
+// its due time for it (on time is within a second).
+const dispatchGather = 20 * time.Millisecond
 
 // dueBatch is the requests of the buckets one wake-up found due, earliest first, by
 // priority. Its slices belong to the event that carries them: the queue keeps them
@@ -57,7 +67,11 @@ func (t *ticker) Start(ctx context.Context) error {
 		t.dispatch(ctx)
 		wait := t.period
 		if next, ok := t.sched.NextDue(); ok {
-			wait = min(wait, max(next.Sub(t.clock.Now()), 0))
+			if d := next.Sub(t.clock.Now()); d > 0 {
+				wait = min(wait, d+t.gather)
+			} else {
+				wait = 0
+			}
 		}
 		timer.Reset(wait)
 		select {
