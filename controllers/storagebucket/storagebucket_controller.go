@@ -38,7 +38,7 @@ type Options struct {
 	// Concurrency bounds how many buckets are probed (reconciled) at once.
 	Concurrency int
 	// Tick is the longest the ticker sleeps without looking at the schedule; it wakes
-	// at each bucket's due time anyway.
+	// for each bucket's due time anyway (at most dispatchGather after it).
 	Tick time.Duration
 	// StatusHeartbeat is how often an unchanged status is still written, to refresh
 	// lastProbeTime.
@@ -87,7 +87,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"How many StorageBuckets are probed at once. Size it to cover the buckets due per second "+
 			"times the probe latency; a probe that times out holds its slot for the whole healthCheck.timeout.")
 	fs.DurationVar(&o.Tick, "storagebucket-tick", defaultTick,
-		"The longest the scheduler sleeps without looking at the schedule; it wakes at each StorageBucket's due time anyway.")
+		"The longest the scheduler sleeps without looking at the schedule; it wakes for each StorageBucket's due time anyway "+
+			"(at most 20ms after it, so the StorageBuckets due meanwhile share the wake-up).")
 	fs.DurationVar(&o.StatusHeartbeat, "storagebucket-status-heartbeat", defaultStatusHeartbeat,
 		"How often a StorageBucket status that did not change is still written, to refresh lastProbeTime. "+
 			"Changes (conditions, observedGeneration, certificate expiry) are written at once.")
