@@ -180,19 +180,18 @@ func (m *memory) store(uid types.UID, st *bucketState) {
 	defer m.mu.Unlock()
 	old, ok := m.buckets[uid]
 	m.buckets[uid] = st
-	if ok && old == st {
+	switch {
+	case !ok:
+		m.users[st.endpoint]++
 		return
-	}
-	if ok {
-		defer func() { *old = bucketState{}; spareStates.Put(old) }()
-	}
-	if ok && old.endpoint == st.endpoint {
-		return // the same endpoint's user still
-	}
-	if ok {
+	case old == st:
+		return
+	case old.endpoint != st.endpoint: // else the same endpoint's user still
 		m.leaveLocked(old.endpoint)
+		m.users[st.endpoint]++
 	}
-	m.users[st.endpoint]++
+	*old = bucketState{}
+	spareStates.Put(old)
 }
 
 // forget drops the bucket's state and returns its name; an endpoint no bucket uses any
