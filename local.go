@@ -44,9 +44,7 @@ func leaseNamespace(cfg *config, log logr.Logger) error {
 		cfg.leaderElectNamespace = ns
 		return nil
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = cfg.kubeconfig
-	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).Namespace()
+	ns, err := kubeconfigNamespace(cfg.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("leader election namespace from the kubeconfig: %w", err)
 	}
@@ -54,6 +52,36 @@ func leaseNamespace(cfg *config, log logr.Logger) error {
 	log.Info("running outside a cluster: the leader election Lease goes to the kubeconfig context's namespace "+
 		"(set --leader-elect-namespace to choose another)", "namespace", ns)
 	return nil
+}
+
+// kubeconfigNamespace is the namespace of the kubeconfig's current context, as kubectl
+// would use ("default" if it names none).
+func kubeconfigNamespace(kubeconfig string) (string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).Namespace()
+	return ns, err
+}
+
+// operatorNamespace is where the operator keeps what it alone writes (the record of
+// grandfathered Secret references): the Leases' namespace with leader election, else the
+// pod's, else outside a pod the kubeconfig context's.
+func operatorNamespace(cfg config) (string, error) {
+	switch {
+	case cfg.leaderElectNamespace != "":
+		return cfg.leaderElectNamespace, nil
+	case inCluster():
+		if ns := podNamespace(); ns != "" {
+			return ns, nil
+		}
+		return "", fmt.Errorf("the operator's namespace: neither POD_NAMESPACE nor %s is set; set POD_NAMESPACE "+
+			"from the pod's metadata.namespace", serviceAccountNamespace)
+	}
+	ns, err := kubeconfigNamespace(cfg.kubeconfig)
+	if err != nil {
+		return "", fmt.Errorf("the operator's namespace from the kubeconfig: %w", err)
+	}
+	return ns, nil
 }
 
 // outOfClusterDefaults fills in, for a manager started outside a pod, a serving

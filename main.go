@@ -35,6 +35,7 @@ import (
 	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
 	"github.com/phalanks/phalanks-operator/internal/certrotation"
 	"github.com/phalanks/phalanks-operator/internal/clockoffset"
+	"github.com/phalanks/phalanks-operator/internal/grandfather"
 	"github.com/phalanks/phalanks-operator/internal/sharding"
 	"github.com/phalanks/phalanks-operator/internal/storagemigration"
 	"github.com/phalanks/phalanks-operator/internal/webhooks"
@@ -210,6 +211,11 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	grandfathered, err := grandfatheredReferences(mgr, cfg)
+	if err != nil {
+		return err
+	}
+	cfg.storageBucket.Grandfathered = grandfathered
 	if rotation != nil {
 		if err := rotation.Add(mgr, podNamespace(), []string{storageBucketCRD}); err != nil {
 			return err
@@ -221,7 +227,7 @@ func run(args []string) error {
 	if err := webhooks.Setup(mgr); err != nil {
 		return fmt.Errorf("set up webhooks: %w", err)
 	}
-	if err := setupMigrations(mgr); err != nil {
+	if err := setupMigrations(mgr, grandfathered); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -298,14 +304,35 @@ func setupReconcilers(mgr manager.Manager, cfg config) error {
 	return nil
 }
 
+// grandfatheredReferences is the record of the StorageBucket credentials references
+// that predate the Secret label rule, kept in the operator's namespace.
+func grandfatheredReferences(mgr manager.Manager, cfg config) (*grandfather.Record, error) {
+	ns, err := operatorNamespace(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &grandfather.Record{
+		Namespace: ns,
+		CRDName:   storageBucketCRD,
+		Reader:    mgr.GetAPIReader(),
+		Cache:     mgr.GetClient(),
+		Writer:    mgr.GetClient(),
+		Clock:     cfg.storageBucket.Clock,
+		Log:       ctrl.Log.WithName("grandfather"),
+	}, nil
+}
+
 // setupMigrations moves objects stored in an older version to the storage version once
-// per start (leader only), so that a later release can drop the old version.
-func setupMigrations(mgr manager.Manager) error {
+// per start (leader only), so that a later release can drop the old version. The record
+// of grandfathered Secret references is decided first, while storedVersions still shows
+// an upgrade from a release before the label rule.
+func setupMigrations(mgr manager.Manager, grandfathered *grandfather.Record) error {
 	m := &storagemigration.Migrator{
 		CRDName: storageBucketCRD,
 		Reader:  mgr.GetAPIReader(),
 		Writer:  mgr.GetClient(),
 		Log:     ctrl.Log.WithName("storage-migration"),
+		Before:  grandfathered.Ensure,
 	}
 	if err := mgr.Add(m); err != nil {
 		return fmt.Errorf("add storage migration: %w", err)
