@@ -388,6 +388,20 @@ SCORECARD_FLAGS ?= --pod-security=restricted --wait-time=10m
 scorecard: tools-for-scorecard ## Run operator-sdk scorecard on BUNDLE_DIR (bundle/) in the cluster of the current kubeconfig (SCORECARD_FLAGS).
 	$(OPERATOR_SDK) scorecard $(BUNDLE_DIR) $(SCORECARD_FLAGS)
 
+##@ Release
+
+# A release freezes the head being developed (VERSION, which must be the Makefile's own)
+# and moves the head on to NEXT_VERSION (empty: the next patch version); docs/olm.md,
+# "Cutting a release". DRY_RUN=true does all of it in a copy of the tree, its images in a
+# registry on loopback, and changes and pushes nothing; RELEASE_KEEP=DIR keeps the copy.
+NEXT_VERSION ?=
+DRY_RUN ?= false
+RELEASE_KEEP ?=
+.PHONY: release
+release: tools-for-release ## Release VERSION: push its images, freeze its bundle pinned by digest in hack/olm/releases/VERSION, make it the catalog's entry, date CHANGELOG.md, move the head to NEXT_VERSION (DRY_RUN=true changes nothing).
+	$(OLM) release --version $(VERSION) --next "$(NEXT_VERSION)" --image-registry $(IMAGE_REGISTRY) \
+		--plain-http=$(REGISTRY_PLAIN_HTTP) --dry-run=$(DRY_RUN) $(if $(RELEASE_KEEP),--keep $(RELEASE_KEEP))
+
 ##@ Tools
 
 # The tool sets each target needs (hack/tools/build.sh --list names the binaries of each).
@@ -401,6 +415,8 @@ TOOLS_verify := gen sdk
 TOOLS_bundle := gen sdk
 TOOLS_bundle-validate := sdk
 TOOLS_catalog := gen sdk
+# A release runs make bundle (twice) and make catalog.
+TOOLS_release := gen sdk
 TOOLS_run := gen
 TOOLS_install := gen kubectl
 TOOLS_uninstall := gen kubectl
