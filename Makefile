@@ -78,6 +78,8 @@ IMAGES_FLAGS = --layout $(IMAGE_LAYOUT) --bundle-dir $(BUNDLE_DIR) --plain-http=
 OLM_E2E_MODULE := test/olm
 # The OLM v1 end-to-end test (make test-olmv1) is a fourth, using test/olm's packaging.
 OLMV1_E2E_MODULE := test/olmv1
+# The upgrade-invariance suite (make test-upgrade) is a fifth, using test/olm's packaging.
+UPGRADE_E2E_MODULE := test/upgrade
 # Code written here for the olmv1 tool set: the cert-manager command and the boxcutter
 # stand-in module (hack/tools/olmv1/boxcutter).
 OLMV1_TOOLS := hack/tools/olmv1
@@ -114,6 +116,7 @@ fmt: ## Run go fmt.
 	go -C $(OLM_MODULE) fmt ./...
 	go -C $(OLM_E2E_MODULE) fmt ./...
 	go -C $(OLMV1_E2E_MODULE) fmt ./...
+	go -C $(UPGRADE_E2E_MODULE) fmt ./...
 	go -C $(OLMV1_TOOLS) fmt ./certmanager
 	go -C $(BOXCUTTER_MODULE) fmt ./...
 
@@ -123,6 +126,7 @@ vet: ## Run go vet.
 	go -C $(OLM_MODULE) vet -tags $(OLM_GO_TAGS) ./...
 	go -C $(OLM_E2E_MODULE) vet -tags $(OLM_GO_TAGS) ./...
 	go -C $(OLMV1_E2E_MODULE) vet -tags $(OLM_GO_TAGS) ./...
+	go -C $(UPGRADE_E2E_MODULE) vet -tags $(OLM_GO_TAGS) ./...
 	go -C $(OLMV1_TOOLS) vet ./certmanager
 	go -C $(BOXCUTTER_MODULE) vet ./...
 
@@ -132,6 +136,7 @@ lint: tools-for-lint ## Run golangci-lint.
 	cd $(OLM_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
 	cd $(OLM_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
 	cd $(OLMV1_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
+	cd $(UPGRADE_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
 	cd $(OLMV1_TOOLS) && $(GOLANGCI_LINT) run ./certmanager
 	cd $(BOXCUTTER_MODULE) && $(GOLANGCI_LINT) run ./...
 
@@ -141,6 +146,7 @@ lint-fix: tools-for-lint ## Run golangci-lint and apply its fixes.
 	cd $(OLM_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
 	cd $(OLM_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
 	cd $(OLMV1_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
+	cd $(UPGRADE_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
 	cd $(OLMV1_TOOLS) && $(GOLANGCI_LINT) run --fix ./certmanager
 	cd $(BOXCUTTER_MODULE) && $(GOLANGCI_LINT) run --fix ./...
 
@@ -150,6 +156,7 @@ verify: tools-for-verify manifests generate catalog ## Regenerate everything (CR
 	go -C $(OLM_MODULE) mod tidy
 	go -C $(OLM_E2E_MODULE) mod tidy
 	go -C $(OLMV1_E2E_MODULE) mod tidy
+	go -C $(UPGRADE_E2E_MODULE) mod tidy
 	go -C $(BOXCUTTER_MODULE) mod tidy
 	@if [ -n "$$(git status --porcelain -- . ':!bin')" ]; then \
 		echo "verify: generated files are stale; run the generators and commit:"; \
@@ -214,6 +221,18 @@ test-olmv1: tools-for-test-olmv1 ## Install, upgrade and uninstall the operator 
 	go -C hack/tools/opm mod download
 	go -C hack/tools/healthprobe mod download
 	$(BIN)/olmv1-e2e.test -test.v -test.timeout=40m -ginkgo.v $(OLMV1_E2E_FLAGS)
+
+# The upgrade-invariance suite needs root, like test-olm: one local cluster with a real
+# node, the tree packaged as the previous release and the next one (test/olm's
+# packaging), a fleet of StorageBuckets, Foos and scheduled workloads in their downtime,
+# upgraded (and rolled back) through each install path while it is sampled every second
+# (docs/upgrading.md). It prints, per path, the rollout time, the longest probe gap and
+# every Ready transition.
+UPGRADE_E2E_FLAGS ?=
+.PHONY: test-upgrade
+test-upgrade: tools-for-test-upgrade ## Upgrade and roll back a fleet through each install path on a real node, sampled every second: nothing flaps, nothing is lost (needs root).
+	go -C $(UPGRADE_E2E_MODULE) test -c -tags $(OLM_GO_TAGS) -o $(BIN)/upgrade-e2e.test .
+	$(BIN)/upgrade-e2e.test -test.v -test.timeout=40m -ginkgo.v $(UPGRADE_E2E_FLAGS)
 
 # Scenario benchmarks run one at a time (-p 1): each measures a peer in the same run
 # and reports ratios, and two at once would share the two cores.
@@ -433,6 +452,8 @@ TOOLS_test-e2e := $(TOOLS_demo)
 TOOLS_chaos := gen kube kwok minio node containerd cni
 TOOLS_test-olm := gen sdk kube kubectl kwok minio olm opm node containerd cni
 TOOLS_test-olmv1 := $(TOOLS_test-olm) olmv1
+# make deploy (gen, kubectl), make bundle of both releases (sdk), the real node, MinIO.
+TOOLS_test-upgrade := gen sdk kube kubectl minio node containerd cni
 TOOLS_bench := kube kwok minio peers
 TOOLS_plugin-dist := krew
 TOOLS_scorecard := sdk
