@@ -86,11 +86,16 @@ func operatorNamespace(cfg config) (string, error) {
 
 // outOfClusterDefaults fills in, for a manager started outside a pod, a serving
 // certificate for the webhook server when none was given (self-signed, for 127.0.0.1
-// and localhost), as a pod would have one. In a pod the directory stays as it is: a
-// missing certificate there is a deployment error and stops the manager.
+// and localhost), as a pod would have one, and no webhook drain unless the flag asks for
+// one. In a pod the directory stays as it is: a missing certificate there is a
+// deployment error and stops the manager.
 func outOfClusterDefaults(cfg *config, log logr.Logger) error {
 	if inCluster() {
 		return nil
+	}
+	// No Service routes to a process outside a pod: nothing to drain.
+	if !cfg.webhookDrainSet {
+		cfg.webhookDrain = 0
 	}
 	// The rotator issues the certificate into this directory; a process outside a pod
 	// gets it only if something copies the Secret there.
