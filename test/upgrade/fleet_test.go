@@ -64,8 +64,9 @@ var fleetFoos = map[string]int32{"foo-a": 2, "foo-b": 1}
 // every StorageBucket as expected, every Foo's pods Ready, every scheduled workload down.
 func createFleet() {
 	GinkgoHelper()
-	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleetNamespace,
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}})).To(Succeed())
+	// No restricted Pod Security: a Foo's Deployment runs sample-controller's pod template,
+	// which sets no security context.
+	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleetNamespace}})).To(Succeed())
 	createBuckets()
 	for name, replicas := range fleetFoos {
 		Expect(k8s.Create(ctx, &phalanksv1alpha1.Foo{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: fleetNamespace},

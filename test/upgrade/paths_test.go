@@ -38,7 +38,34 @@ var _ = Describe("upgrade paths", Ordered, func() {
 			endWindowAndExpectRestored()
 		})
 	})
+
+	// The checks above can fail: an operator that is gone for longer than the bound
+	// leaves a probe gap and failed v1alpha1 reads, and the sampler sees both.
+	It("sees an outage it is there to catch: the operator scaled to zero for longer than the bound", func() {
+		expectBucketsSettled()
+		s := startSampling()
+		from := time.Now()
+		scaleOperator(0)
+		Eventually(func() time.Duration { return probes.longestGap("head", from, time.Now()) }).
+			WithTimeout(podTimeout).WithPolling(poll).Should(BeNumerically(">", gapBound))
+		scaleOperator(2)
+		expectRolledOut(kustomizeNamespace, kustomizeDeployment, previous.Image)
+		r := s.measure("the operator scaled to zero (the sampler's own check)", from, time.Now(), 0)
+		printResult(GinkgoWriter, r)
+		Expect(r.longestGap).To(BeNumerically(">", gapBound))
+		Expect(r.conversion).NotTo(BeEmpty(), "v1alpha1 reads without a webhook did not fail")
+		expectBucketsSettled()
+	})
 })
+
+func scaleOperator(replicas int32) {
+	GinkgoHelper()
+	dep := &appsv1.Deployment{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: kustomizeNamespace, Name: kustomizeDeployment}, dep)).To(Succeed())
+	base := dep.DeepCopy()
+	dep.Spec.Replicas = ptr.To(replicas)
+	Expect(k8s.Patch(ctx, dep, client.MergeFrom(base))).To(Succeed())
+}
 
 func makeDeploy(image string) {
 	GinkgoHelper()

@@ -17,7 +17,9 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
@@ -96,8 +98,11 @@ type sampler struct {
 	stop chan struct{}
 	done chan struct{}
 
-	mu          sync.Mutex
-	samples     int
+	mu      sync.Mutex
+	samples int
+	// conversions counts the conversion checks; slowest is the longest one took.
+	conversions int
+	slowest     time.Duration
 	ready       map[string]string // StorageBucket: "Status/Reason" last seen
 	transitions []string
 	conversion  []string
@@ -113,26 +118,51 @@ func startSampling() *sampler {
 	GinkgoHelper()
 	s := &sampler{stop: make(chan struct{}), done: make(chan struct{}), ready: map[string]string{}, foos: map[string]string{}}
 	Expect(s.sample(true)).To(Succeed())
-	go func() {
-		defer GinkgoRecover()
-		defer close(s.done)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-tick.C:
-				_ = s.sample(false)
+	var wg sync.WaitGroup
+	every := func(f func()) {
+		wg.Go(func() {
+			defer GinkgoRecover()
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-s.stop:
+					return
+				case <-tick.C:
+					f()
+				}
 			}
-		}
-	}()
+		})
+	}
+	every(func() { _ = s.sample(false) })
+	// Conversions on a loop of their own: one may wait for the API server's webhook
+	// timeout, and the other reads must not wait with it.
+	every(s.convert)
+	go func() { wg.Wait(); close(s.done) }()
 	return s
 }
 
 func (s *sampler) finish() {
 	close(s.stop)
 	<-s.done
+}
+
+// convertTimeout is the API server's own timeout for a conversion webhook call.
+const convertTimeout = 30 * time.Second
+
+func (s *sampler) convert() {
+	cctx, cancel := context.WithTimeout(ctx, convertTimeout)
+	defer cancel()
+	start := time.Now()
+	err := convert(cctx)
+	took := time.Since(start)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conversions++
+	s.slowest = max(s.slowest, took)
+	if err != nil {
+		s.conversion = append(s.conversion, fmt.Sprintf("%s (after %s) %s", start.Format("15:04:05"), took.Round(time.Millisecond), err))
+	}
 }
 
 // sample reads once; with baseline it records what later samples compare with.
@@ -144,16 +174,18 @@ func (s *sampler) sample(baseline bool) error {
 	if err := k8s.List(sctx, &sbs, client.InNamespace(fleetNamespace)); err != nil {
 		return err
 	}
-	// Every read of v1alpha1 goes through the conversion webhook.
-	alphaErr := k8s.List(sctx, &phalanksv1alpha1.StorageBucketList{}, client.InNamespace(fleetNamespace))
 	foos := map[string]string{}
 	for name := range fleetFoos {
 		dep := &appsv1.Deployment{}
-		if err := k8s.Get(sctx, client.ObjectKey{Namespace: fleetNamespace, Name: name}, dep); err != nil {
-			foos[name] = "missing: " + err.Error()
-			continue
+		err := k8s.Get(sctx, client.ObjectKey{Namespace: fleetNamespace, Name: name}, dep)
+		switch {
+		case apierrors.IsNotFound(err):
+			foos[name] = "deleted"
+		case err != nil:
+			continue // a read that failed tells nothing about the Deployment
+		default:
+			foos[name] = fmt.Sprintf("uid %s generation %d", dep.UID, dep.Generation)
 		}
-		foos[name] = fmt.Sprintf("uid %s generation %d", dep.UID, dep.Generation)
 	}
 	workloads, werr := readWorkloads()
 
@@ -169,9 +201,6 @@ func (s *sampler) sample(baseline bool) error {
 			s.transitions = append(s.transitions, fmt.Sprintf("%s %s: %s -> %s", now, sb.Name, before, state))
 		}
 		s.ready[sb.Name] = state
-	}
-	if alphaErr != nil {
-		s.conversion = append(s.conversion, now+" "+alphaErr.Error())
 	}
 	for name, state := range foos {
 		if before, ok := s.foos[name]; ok && before != state && !baseline {
@@ -195,40 +224,48 @@ func (s *sampler) sample(baseline bool) error {
 	return nil
 }
 
+// convert reads and writes through the conversion webhook as a v1alpha1 client does: a
+// get of a StorageBucket stored as v1beta1 (from etcd, converted on the way out), and a
+// dry-run create of a v1alpha1 one (converted to v1beta1 for storage, and back). A list
+// would not do: the API server serves it from its watch cache of the version, whose
+// objects it converted when they were last written.
+func convert(ctx context.Context) error {
+	got := &phalanksv1alpha1.StorageBucket{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: fleetNamespace, Name: "head"}, got); err != nil {
+		return fmt.Errorf("get as v1alpha1: %w", err)
+	}
+	probe := &phalanksv1alpha1.StorageBucket{
+		ObjectMeta: metav1.ObjectMeta{Namespace: fleetNamespace, GenerateName: "conversion-"},
+		Spec:       phalanksv1alpha1.StorageBucketSpec{BucketName: "conversion-check", Endpoint: proxy.Endpoint, Insecure: true},
+	}
+	if err := k8s.Create(ctx, probe, client.DryRunAll); err != nil {
+		return fmt.Errorf("create as v1alpha1 (dry run): %w", err)
+	}
+	return nil
+}
+
 // pathResult is what an upgrade path measured.
 type pathResult struct {
-	path         string
-	rollout      time.Duration
-	longestGap   time.Duration
-	gapBucket    string
-	samples      int
-	transitions  []string
-	conversion   []string
-	fooChanges   []string
-	moved        []string
-	warnings     []string
-	perBucketGap map[string]time.Duration
+	path       string
+	rollout    time.Duration
+	longestGap time.Duration
+	gapBucket  string
+	samples    int
+	// conversions counts the conversion checks, slowestConversion is the longest.
+	conversions       int
+	slowestConversion time.Duration
+	transitions       []string
+	conversion        []string
+	fooChanges        []string
+	moved             []string
+	warnings          []string
+	perBucketGap      map[string]time.Duration
 }
 
 // evaluate ends sampling and checks every invariant over [from, to].
 func (s *sampler) evaluate(path string, from, to time.Time, rollout time.Duration) {
 	GinkgoHelper()
-	s.finish()
-	s.mu.Lock()
-	r := pathResult{path: path, rollout: rollout, samples: s.samples, transitions: s.transitions, conversion: s.conversion,
-		fooChanges: s.fooChanges, moved: s.moved, perBucketGap: map[string]time.Duration{}}
-	s.mu.Unlock()
-	for _, b := range fleetBuckets {
-		if !b.observed {
-			continue
-		}
-		gap := probes.longestGap(b.name, from, to)
-		r.perBucketGap[b.name] = gap
-		if gap > r.longestGap {
-			r.longestGap, r.gapBucket = gap, b.name
-		}
-	}
-	r.warnings = unannouncedWarnings(from)
+	r := s.measure(path, from, to, rollout)
 	results = append(results, r)
 	printResult(GinkgoWriter, r)
 
@@ -241,6 +278,29 @@ func (s *sampler) evaluate(path string, from, to time.Time, rollout time.Duratio
 	for bucket, gap := range r.perBucketGap {
 		Expect(gap).To(BeNumerically("<=", gapBound), "StorageBucket %s went %s without a probe (bound %s)", bucket, gap, gapBound)
 	}
+}
+
+// measure ends sampling and returns what it saw over [from, to].
+func (s *sampler) measure(path string, from, to time.Time, rollout time.Duration) pathResult {
+	GinkgoHelper()
+	s.finish()
+	s.mu.Lock()
+	r := pathResult{path: path, rollout: rollout, samples: s.samples, transitions: s.transitions, conversion: s.conversion,
+		conversions: s.conversions, slowestConversion: s.slowest, fooChanges: s.fooChanges, moved: s.moved,
+		perBucketGap: map[string]time.Duration{}}
+	s.mu.Unlock()
+	for _, b := range fleetBuckets {
+		if !b.observed {
+			continue
+		}
+		gap := probes.longestGap(b.name, from, to)
+		r.perBucketGap[b.name] = gap
+		if gap > r.longestGap {
+			r.longestGap, r.gapBucket = gap, b.name
+		}
+	}
+	r.warnings = unannouncedWarnings(from)
+	return r
 }
 
 // unannouncedWarnings returns the operator's Warning events since from whose reason
@@ -288,8 +348,9 @@ func announcedWarnings() []string {
 }
 
 func printResult(w io.Writer, r pathResult) {
-	_, _ = fmt.Fprintf(w, "%s: rollout %s, longest probe gap %s (%s; bound %s), %d samples\n",
-		r.path, r.rollout.Round(100*time.Millisecond), r.longestGap.Round(100*time.Millisecond), r.gapBucket, gapBound, r.samples)
+	_, _ = fmt.Fprintf(w, "%s: rollout %s, longest probe gap %s (%s; bound %s), %d samples, %d conversion checks (slowest %s)\n",
+		r.path, r.rollout.Round(100*time.Millisecond), r.longestGap.Round(100*time.Millisecond), r.gapBucket, gapBound, r.samples,
+		r.conversions, r.slowestConversion.Round(time.Millisecond))
 	names := make([]string, 0, len(r.perBucketGap))
 	for n := range r.perBucketGap {
 		names = append(names, n)
