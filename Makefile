@@ -418,7 +418,7 @@ DRY_RUN ?= false
 RELEASE_KEEP ?=
 .PHONY: release
 release: tools-for-release ## Release VERSION: push its images, freeze its bundle pinned by digest in hack/olm/releases/VERSION, make it the catalog's entry, date CHANGELOG.md, move the head to NEXT_VERSION (DRY_RUN=true changes nothing).
-	$(OLM) release --version $(VERSION) --next "$(NEXT_VERSION)" --image-registry $(IMAGE_REGISTRY) \
+	go -C $(OLM_MODULE) run -tags $(OLM_GO_TAGS) ./cmd/release --version $(VERSION) --next "$(NEXT_VERSION)" --image-registry $(IMAGE_REGISTRY) \
 		--plain-http=$(REGISTRY_PLAIN_HTTP) --dry-run=$(DRY_RUN) $(if $(RELEASE_KEEP),--keep $(RELEASE_KEEP))
 
 ##@ Tools
@@ -453,7 +453,9 @@ TOOLS_chaos := gen kube kwok minio node containerd cni
 TOOLS_test-olm := gen sdk kube kubectl kwok minio olm opm node containerd cni
 TOOLS_test-olmv1 := $(TOOLS_test-olm) olmv1
 # make deploy (gen, kubectl), make bundle of both releases (sdk), the real node, MinIO.
-TOOLS_test-upgrade := gen sdk kube kubectl minio node containerd cni
+# Its binary links test/olm's package, which can start OLM (olm) and a fake-node cluster
+# (kwok), though the suite runs neither.
+TOOLS_test-upgrade := gen sdk kube kubectl kwok minio olm node containerd cni
 TOOLS_bench := kube kwok minio peers
 TOOLS_plugin-dist := krew
 TOOLS_scorecard := sdk

@@ -5,7 +5,6 @@
 //
 //	olm catalog --bundle-image IMG [--from REF]
 //	olm images build|push [--only NAMES] [--layout DIR | --push] --image IMG …
-//	olm release --version X.Y.Z [--next X.Y.Z] --image-registry REG [--dry-run [--keep DIR]]
 //
 // Paths are relative to the repository root, found from the working directory.
 package main
@@ -41,7 +40,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: olm catalog|images|release [flags]")
+		return errors.New("usage: olm catalog|images [flags]")
 	}
 	root, err := tools.RepoRoot()
 	if err != nil {
@@ -52,10 +51,8 @@ func run(ctx context.Context, args []string) error {
 		return runCatalog(ctx, root, args[1:])
 	case "images":
 		return runImages(ctx, root, args[1:])
-	case "release":
-		return runRelease(ctx, root, args[1:])
 	default:
-		return fmt.Errorf("unknown command %q (want catalog, images or release)", args[0])
+		return fmt.Errorf("unknown command %q (want catalog or images)", args[0])
 	}
 }
 

@@ -1,3 +1,11 @@
+// Command release cuts a release of the tree (`make release`, package release), or with
+// --dry-run rehearses it in a copy of the tree against a registry on loopback:
+//
+//	release --version X.Y.Z [--next X.Y.Z] --image-registry REG [--plain-http] [--dry-run [--keep DIR]]
+//
+// It is a command of its own rather than part of cmd/olm: a release checks its frozen
+// bundle with hack/olm/validate, which finds operator-sdk, a tool the image targets do
+// not build.
 package main
 
 import (
@@ -7,19 +15,37 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 	"github.com/phalanks/phalanks-operator/hack/olm/catalog"
 	"github.com/phalanks/phalanks-operator/hack/olm/release"
 	"github.com/phalanks/phalanks-operator/internal/imagebuild"
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
-// runRelease cuts a release (package release), or with --dry-run rehearses it in a copy
-// of the tree against a registry on loopback:
-//
-//	olm release --version X.Y.Z [--next X.Y.Z] --image-registry REG [--plain-http] [--dry-run [--keep DIR]]
-func runRelease(ctx context.Context, root string, args []string) error {
+func main() {
+	// operator-registry reports optional files it did not find at info level.
+	logrus.SetLevel(logrus.WarnLevel)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "release:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	root, err := tools.RepoRoot()
+	if err != nil {
+		return err
+	}
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	opts := release.Options{Log: os.Stdout}
 	fs.StringVar(&opts.Version, "version", "", "The version released: the head's (VERSION).")
