@@ -93,7 +93,7 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
 
 .PHONY: demo
-demo: tools-for-demo build ## Run the operator on a local cluster with a real node (needs root), MinIO and the samples, their pods running (DEMO_ONESHOT=1 exits when they are ready).
+demo: tools-for-demo manager ## Run the operator on a local cluster with a real node (needs root), MinIO and the samples, their pods running (DEMO_ONESHOT=1 exits when they are ready).
 	go run ./hack/demo
 
 ##@ Development
@@ -181,7 +181,7 @@ test-k8s-versions: tools-for-test-k8s-versions ## Run every envtest and local-cl
 	$(foreach set,$(KUBE_VERSIONS),PHALANKS_KUBE_TOOLS=$(set) go test $(GO_TEST_FLAGS) $(KUBE_SUITES) && ) true
 
 .PHONY: test-e2e
-test-e2e: tools-for-test-e2e build ## Run the demo once: every sample must reach its expected state.
+test-e2e: tools-for-test-e2e manager ## Run the demo once: every sample must reach its expected state.
 	DEMO_ONESHOT=1 go run ./hack/demo
 
 # The OLM end-to-end test needs root: it runs the local cluster with a real node and OLM
@@ -225,9 +225,13 @@ bench: tools-for-bench build ## Run the scenario benchmarks under test/bench (BE
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager binary and the kubectl plugin bin/kubectl-phalanks.
-	go build -o $(BIN)/manager .
+build: manager ## Build the manager binary and the kubectl plugin bin/kubectl-phalanks.
 	go build -o $(BIN)/kubectl-phalanks ./cmd/kubectl-phalanks
+
+# The manager binary alone, for the targets that run it.
+.PHONY: manager
+manager:
+	go build -o $(BIN)/manager .
 
 # Where install-plugin puts kubectl-phalanks: a directory on PATH, where kubectl finds
 # plugins.
@@ -407,7 +411,10 @@ TOOLS_uninstall := gen kubectl
 TOOLS_deploy := gen kubectl
 TOOLS_deploy-monitoring := gen kubectl
 TOOLS_undeploy := gen kubectl
-TOOLS_demo := gen kube kubectl kwok minio node containerd cni
+# The cluster's sets first, so that the cluster starts as early as it can; MinIO and
+# kubectl are built in the background meanwhile (TOOLS_LATER_demo), and kwok too: the
+# cluster package can run fake nodes, though the demo's node is a real one.
+TOOLS_demo := gen kube node containerd cni kubectl minio kwok
 TOOLS_test := gen sdk lint kube kubectl kwok minio node containerd cni krew prometheus prometheus-operator $(KUBE_OLDEST)
 # The local cluster's package can also start a real node, so its tests need the node's
 # sets built although these suites run fake nodes only.
@@ -415,7 +422,7 @@ TOOLS_test-k8s-versions := gen kube kwok minio node containerd cni $(filter-out 
 TOOLS_test-e2e := $(TOOLS_demo)
 # The chaos spec runs an API server and MinIO; its package also holds local-cluster specs.
 TOOLS_chaos := gen kube kwok minio node containerd cni
-TOOLS_test-olm := gen sdk kube kubectl kwok minio olm opm node containerd cni
+TOOLS_test-olm := gen sdk kube kubectl kwok minio olm node containerd cni
 TOOLS_test-olmv1 := $(TOOLS_test-olm) olmv1
 TOOLS_bench := kube kwok minio peers
 TOOLS_plugin-dist := krew
@@ -433,12 +440,30 @@ TOOLS_catalog-push := gen
 TOOLS_scorecard-image-build := gen
 TOOLS_scorecard-image-push := gen
 
-# tools-for-<target> builds (or links from the cache) the sets of TOOLS_<target> in one
-# go, so a first run prints one plan with every set it is about to build, then installs
-# the Debian commands the target runs.
+# The sets of TOOLS_<target> that only a target's later steps use: they are built in the
+# background, at the lowest priority, while the first steps run, and a program that looks
+# one up (test/harness/tools) waits for it. The suites spend most of their time waiting,
+# and these builds take that time rather than adding to the run's.
+TOOLS_LATER_demo := kubectl minio kwok
+TOOLS_LATER_test := krew prometheus prometheus-operator $(KUBE_OLDEST)
+
+# tools-for-<target> starts the background builds of TOOLS_LATER_<target>, then builds
+# (or links from the cache) the rest of TOOLS_<target> in one go, so a first run prints one
+# plan with every set it is about to build, then installs the Debian commands the target
+# runs.
 tools-for-%:
-	@hack/tools/build.sh $(or $(TOOLS_$*),$(error no TOOLS_$* in the Makefile))
+	$(if $(strip $(call tools_later,$*)),@hack/tools/build.sh --background $(call tools_later,$*))
+	@hack/tools/build.sh $(filter-out $(call tools_later,$*),$(or $(TOOLS_$*),$(error no TOOLS_$* in the Makefile)))
 	$(if $(strip $(call debian_packages,$*)),@hack/tools/apt.sh $(call debian_packages,$*))
+
+tools_later = $(filter $(TOOLS_LATER_$1),$(TOOLS_$1))
+
+# CI (.ci/run) builds these in the background while make test runs: what the OLM targets
+# need beyond what the README's commands build, so that a set missing from TOOLS_demo or
+# TOOLS_test still fails CI as it would fail a newcomer.
+.PHONY: tools-ahead-ci
+tools-ahead-ci:
+	@hack/tools/build.sh --background $(filter-out $(TOOLS_demo) $(TOOLS_test),$(TOOLS_test-olmv1))
 
 # The commands from Debian (command=package) a target runs, installed when missing: the
 # real node's for the targets that run one, and the target's own DEBIAN_<target>.
@@ -460,9 +485,9 @@ tools: ## Build every default tool set into the per-machine cache (hack/tools/bu
 	hack/tools/build.sh
 
 # tools-<set> builds one set, for every set hack/tools/build.sh knows (test/makefile checks
-# it); tools-olm builds both OLM sets (olm and opm), tools-node the node with containerd
-# and the CNI plugins.
-TOOL_SETS := gen lint kube kubectl kwok minio sdk opm peers containerd cni krew prometheus prometheus-operator olmv1 $(filter-out kube,$(KUBE_VERSIONS))
+# it); tools-olm builds OLM's set, tools-node the node with containerd and the CNI
+# plugins.
+TOOL_SETS := gen lint kube kubectl kwok minio sdk peers containerd ctr cni krew prometheus prometheus-operator olmv1 $(filter-out kube,$(KUBE_VERSIONS))
 .PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*
@@ -471,5 +496,5 @@ tools-runtime: ## Build the sets the local cluster and MinIO harnesses run (kube
 tools-node: ## Build the real node's kubelet, kube-proxy, containerd and CNI plugins; install runc, iptables and ip from Debian when missing.
 	@hack/tools/build.sh node containerd cni
 	@hack/tools/apt.sh $(NODE_PACKAGES)
-tools-olm: ## Build OLM (olm, catalog, package-server) and opm for the OLM end-to-end test.
-	@hack/tools/build.sh olm opm
+tools-olm: ## Build OLM (olm, catalog, package-server) for the OLM end-to-end test.
+	@hack/tools/build.sh olm
