@@ -32,6 +32,13 @@ endif
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
 
+# The modules of what users run (the manager and the kubectl plugin, the scorecard tests',
+# catalog's opm and health probe images) name in their go.mod the Go release they are
+# built with (a toolchain line: the standard library's security fixes, which govulncheck
+# checks for); auto lets the go command fetch it from the module proxy. Modules without
+# such a line (the test tools') build with the Go on PATH.
+export GOTOOLCHAIN := auto
+
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 CONTROLLER_GEN := $(BIN)/controller-gen
@@ -144,6 +151,16 @@ lint-fix: tools-for-lint ## Run golangci-lint and apply its fixes.
 	cd $(OLMV1_TOOLS) && $(GOLANGCI_LINT) run --fix ./certmanager
 	cd $(BOXCUTTER_MODULE) && $(GOLANGCI_LINT) run --fix ./...
 
+# What users run: the manager and the kubectl plugin. govulncheck reads the database the
+# vuln tool set builds from a pinned golang.org/x/vulndb (hack/tools/vuln), so the check
+# is offline and gives the same answer until the pin moves (docs/development.md).
+# VULNCHECK_DIR and VULNCHECK_PACKAGES choose another module and its packages.
+VULNCHECK_DIR ?= .
+VULNCHECK_PACKAGES ?= . ./cmd/kubectl-phalanks
+.PHONY: vulncheck
+vulncheck: tools-for-vulncheck ## Fail on a known vulnerability that the manager or the kubectl plugin calls (govulncheck, offline).
+	$(BIN)/govulncheck -db file://$(BIN)/vulndb -C $(VULNCHECK_DIR) $(VULNCHECK_PACKAGES)
+
 .PHONY: verify
 verify: tools-for-verify manifests generate catalog ## Regenerate everything (CRDs, RBAC, deepcopy, bundle, catalog) and fail if the tree changed.
 	go mod tidy
@@ -156,16 +173,27 @@ verify: tools-for-verify manifests generate catalog ## Regenerate everything (CR
 		git status --porcelain -- . ':!bin'; git --no-pager diff --stat; exit 1; \
 	fi
 
-.PHONY: test
+.PHONY: test test-suites test-checks
+# The suites spend most of their time waiting on their clusters, so the static checks
+# (vet, lint, vulncheck, the bundle's validators, the OperatorHub checks) run beside them
+# at the lowest CPU and I/O priority, and make test fails if either side failed.
+# TEST_JOBS=1 runs the suites first and the checks after them.
+TEST_JOBS ?= 2
+test: tools-for-test verify docker-build ## Run verify, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root; the API-server suites also on the oldest supported Kubernetes) beside vet, lint, vulncheck, operator-sdk bundle validate and the OperatorHub checks.
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) test-suites test-checks
+
 # The real-node suites (test/e2e/realnode, test/harness/cluster/realnode) need root; the
 # first runs the operator image docker-build writes into IMAGE_LAYOUT.
-test: tools-for-test verify vet lint bundle-validate operatorhub docker-build ## Run verify, vet, lint, operator-sdk bundle validate, the OperatorHub checks, then the unit, envtest, MinIO, local-cluster, real-node e2e and OLM bundle suites with the race detector (needs root); the API-server suites also on the oldest supported Kubernetes.
+test-suites:
 	@# The real-node suite installs the Prometheus Operator from its module's bundle.yaml,
 	@# inside a sandbox without network.
 	go -C hack/tools/prometheus-operator mod download github.com/prometheus-operator/prometheus-operator
 	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) ./...
 	PHALANKS_KUBE_TOOLS=$(KUBE_OLDEST) go test $(GO_TEST_FLAGS) $(KUBE_OLDEST_SUITES)
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(GO_TEST_FLAGS) ./...
+
+test-checks:
+	nice -n 19 ionice -c 3 $(MAKE) --no-print-directory vet lint vulncheck bundle-validate operatorhub
 
 # The StorageBucket chaos suite (test/e2e/storagebucket/chaos_test.go): make test runs
 # it for 75 s of faults, this target for CHAOS_DURATION; CHAOS_SEED replays a schedule.
@@ -193,7 +221,9 @@ OLM_E2E_FLAGS ?=
 .PHONY: test-olm
 test-olm: tools-for-test-olm ## Install, upgrade and uninstall the operator through the real OLM on a real node, with its scorecard tests as pods (needs root).
 	go -C $(OLM_E2E_MODULE) test -c -tags $(OLM_GO_TAGS) -o $(BIN)/olm-e2e.test .
-	@# The suite compiles the images' binaries inside the sandbox, which has no network.
+	@# The suite compiles the images' binaries inside the sandbox, which has no network:
+	@# their modules and the Go release their go.mod names are fetched here.
+	go mod download
 	go -C hack/tools/opm mod download
 	go -C hack/tools/healthprobe mod download
 	go -C hack/tools/olm mod download
@@ -210,7 +240,9 @@ OLMV1_E2E_FLAGS ?=
 test-olmv1: tools-for-test-olmv1 ## Install, upgrade and uninstall the operator through OLM v1 (catalogd, operator-controller) on a real node (needs root).
 	KUBEBUILDER_ASSETS=$(BIN) go -C $(BOXCUTTER_MODULE) test -count=1 ./...
 	go -C $(OLMV1_E2E_MODULE) test -c -tags $(OLM_GO_TAGS) -o $(BIN)/olmv1-e2e.test .
-	@# The suite compiles the images' binaries inside the sandbox, which has no network.
+	@# The suite compiles the images' binaries inside the sandbox, which has no network:
+	@# their modules and the Go release their go.mod names are fetched here.
+	go mod download
 	go -C hack/tools/opm mod download
 	go -C hack/tools/healthprobe mod download
 	$(BIN)/olmv1-e2e.test -test.v -test.timeout=40m -ginkgo.v $(OLMV1_E2E_FLAGS)
@@ -401,6 +433,7 @@ scorecard: tools-for-scorecard ## Run operator-sdk scorecard on BUNDLE_DIR (bund
 TOOLS_manifests := gen
 TOOLS_generate := gen
 TOOLS_lint := lint
+TOOLS_vulncheck := vuln
 TOOLS_verify := gen sdk
 TOOLS_bundle := gen sdk
 TOOLS_bundle-validate := sdk
@@ -415,7 +448,7 @@ TOOLS_undeploy := gen kubectl
 # kubectl are built in the background meanwhile (TOOLS_LATER_demo), and kwok too: the
 # cluster package can run fake nodes, though the demo's node is a real one.
 TOOLS_demo := gen kube node containerd cni kubectl minio kwok
-TOOLS_test := gen sdk lint kube kubectl kwok minio node containerd cni krew prometheus prometheus-operator $(KUBE_OLDEST)
+TOOLS_test := gen sdk kube kubectl kwok minio node containerd cni krew prometheus prometheus-operator $(KUBE_OLDEST)
 # The local cluster's package can also start a real node, so its tests need the node's
 # sets built although these suites run fake nodes only.
 TOOLS_test-k8s-versions := gen kube kwok minio node containerd cni $(filter-out kube,$(KUBE_VERSIONS))
@@ -487,7 +520,7 @@ tools: ## Build every default tool set into the per-machine cache (hack/tools/bu
 # tools-<set> builds one set, for every set hack/tools/build.sh knows (test/makefile checks
 # it); tools-olm builds OLM's set, tools-node the node with containerd and the CNI
 # plugins.
-TOOL_SETS := gen lint kube kubectl kwok minio sdk peers containerd ctr cni krew prometheus prometheus-operator olmv1 $(filter-out kube,$(KUBE_VERSIONS))
+TOOL_SETS := gen lint kube kubectl kwok minio sdk peers containerd ctr cni krew prometheus prometheus-operator olmv1 vuln $(filter-out kube,$(KUBE_VERSIONS))
 .PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*
