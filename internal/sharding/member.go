@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -517,7 +518,7 @@ func (m *Member) write(ctx context.Context, claims Set, slots string, now time.T
 		return f(cctx)
 	}
 	if m.lease == nil {
-		seconds := int32(m.LeaseDuration.Seconds())
+		seconds := publishedSeconds(m.LeaseDuration)
 		l := &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: m.LeaseName(), Namespace: m.Namespace,
@@ -646,6 +647,14 @@ func (m *Member) collect(ctx context.Context, l *coordinationv1.Lease) {
 	if err == nil {
 		m.Log.Info("deleted the Lease of a member gone long ago", "lease", l.Name)
 	}
+}
+
+// publishedSeconds is the lease duration a member publishes on its Lease, in the whole
+// seconds the field holds: rounded up, so that the others, counting it out that long
+// after they saw it change, never do so before its own ownership ended (2.9 s
+// published as 2 would let them take its slots while it still works on them).
+func publishedSeconds(d time.Duration) int32 {
+	return int32(min(math.Ceil(d.Seconds()), math.MaxInt32))
 }
 
 func leaseDuration(l *coordinationv1.Lease, fallback time.Duration) time.Duration {

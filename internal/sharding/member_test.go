@@ -6,11 +6,13 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -392,6 +394,42 @@ func TestSkewedClocksNeitherTakeNorLoseLeases(t *testing.T) {
 		}
 		if err := r.converged(r.live()); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// A Lease publishes the lease duration in whole seconds. The others count a member out
+// that long after they saw its Lease change, and the member works until its ownership
+// ends a margin before its own, exact, lease duration: the published duration must never
+// be shorter (2.9 s published as 2 s let the others start 0.3 s before the member
+// stopped; a sub-second one was published as 0, which readers took for no duration).
+func TestTheLeaseDurationIsNeverPublishedShorter(t *testing.T) {
+	env := startAPIServer(t, false)
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	const ns = "durations"
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, lease := range []time.Duration{2900 * time.Millisecond, 600 * time.Millisecond, 3 * time.Second, 15*time.Second + time.Millisecond} {
+		m := &Member{Leases: cs.CoordinationV1(), Namespace: ns, Ring: "test", Identity: "m-" + strconv.FormatInt(lease.Milliseconds(), 10),
+			LeaseDuration: lease, RenewPeriod: lease / 3, Log: testr.New(t)}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { _ = m.Start(ctx); close(done) }()
+		var got *coordinationv1.Lease
+		for deadline := time.Now().Add(30 * time.Second); got == nil; {
+			if l, err := cs.CoordinationV1().Leases(ns).Get(t.Context(), m.LeaseName(), metav1.GetOptions{}); err == nil {
+				got = l
+			} else if time.Now().After(deadline) {
+				t.Fatalf("lease %s: no Lease within 30s: %v", lease, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+		<-done
+		published := time.Duration(*got.Spec.LeaseDurationSeconds) * time.Second
+		if published < lease || published >= lease+time.Second {
+			t.Errorf("lease duration %s published as %ds; want the whole seconds at or above it", lease, *got.Spec.LeaseDurationSeconds)
 		}
 	}
 }
