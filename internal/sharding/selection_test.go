@@ -103,12 +103,11 @@ func TestServerSideShardingIsDetectedAndListsOnlyTheOwnedSlots(t *testing.T) {
 
 // setOwned makes m work on owned for the next hour, as a ring would.
 func setOwned(m *Member, owned Set) {
-	m.notify.Lock()
-	defer m.notify.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.init()
 	m.validUntil = m.Clock.Now().Add(time.Hour)
+	m.validUntilWall = m.wall().Add(time.Hour)
 	m.setOwnedLocked(owned)
 }
 
