@@ -40,6 +40,9 @@ type Proxy struct {
 	listener net.Listener
 	server   *http.Server
 	done     chan struct{}
+	// target and transport reach the API server.
+	target    *url.URL
+	transport http.RoundTripper
 
 	mu      sync.Mutex
 	rule    func(*http.Request) Action
@@ -72,8 +75,11 @@ var (
 )
 
 type watchRequest struct {
-	req    *http.Request
-	cancel context.CancelFunc
+	req   *http.Request
+	since time.Time
+	// end is closed to end the watch.
+	end  chan struct{}
+	once sync.Once
 }
 
 // Start listens on a free loopback port and forwards to the API server of upstream with
@@ -104,7 +110,8 @@ func Start(upstream *rest.Config) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{Addr: l.Addr().String(), URL: "https://" + l.Addr().String(), CAPEM: ca.CertPEM,
-		listener: l, done: make(chan struct{}), watches: map[*watchRequest]struct{}{}, streamed: map[string]int64{}}
+		listener: l, done: make(chan struct{}), target: target, transport: transport,
+		watches: map[*watchRequest]struct{}{}, streamed: map[string]int64{}}
 	forward := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -178,42 +185,93 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, forward http.Handl
 		return
 	}
 	if IsWatch(r) {
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		wr := &watchRequest{req: r, cancel: cancel}
-		p.mu.Lock()
-		p.watches[wr] = struct{}{}
-		p.mu.Unlock()
-		defer func() {
-			p.mu.Lock()
-			delete(p.watches, wr)
-			p.mu.Unlock()
-		}()
-		r = r.WithContext(ctx)
-		resource, _ := Resource(r)
-		w = &countingWriter{ResponseWriter: w, count: func(n int) {
-			p.mu.Lock()
-			p.streamed[resource] += int64(n)
-			p.mu.Unlock()
-		}}
+		p.watch(w, r)
+		return
 	}
 	forward.ServeHTTP(w, r)
 }
 
-// countingWriter counts what a watch's answer writes.
-type countingWriter struct {
-	http.ResponseWriter
-	count func(int)
-}
+// hopByHop are the headers of one connection, not forwarded.
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-func (c *countingWriter) Write(b []byte) (int, error) {
-	n, err := c.ResponseWriter.Write(b)
-	c.count(n)
-	return n, err
-}
+// watch forwards a watch and its events as they come, until the API server ends it, the
+// client goes, or EndWatches ends it: then the answer ends as the API server ends a
+// watch at its timeout, cleanly, and the client watches again from where it was.
+func (p *Proxy) watch(w http.ResponseWriter, r *http.Request) {
+	wr := &watchRequest{req: r, since: time.Now(), end: make(chan struct{})}
+	p.mu.Lock()
+	p.watches[wr] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.watches, wr)
+		p.mu.Unlock()
+	}()
+	resource, _ := Resource(r)
 
-// Unwrap lets http.ResponseController flush the watch's events.
-func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	out := r.Clone(ctx)
+	out.RequestURI = ""
+	out.URL.Scheme, out.URL.Host, out.Host = p.target.Scheme, p.target.Host, p.target.Host
+	out.Header.Del("Authorization") // the upstream transport authenticates
+	for _, h := range hopByHop {
+		out.Header.Del(h)
+	}
+	resp, err := p.transport.RoundTrip(out)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer func() { _ = resp.Body.Close() }()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	for _, h := range hopByHop {
+		w.Header().Del(h)
+	}
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+
+	chunks := make(chan []byte)
+	go func() {
+		defer close(chunks)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := resp.Body.Read(buf)
+			if n > 0 {
+				select {
+				case chunks <- append([]byte(nil), buf[:n]...):
+				case <-ctx.Done():
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-wr.end:
+			return
+		case <-ctx.Done():
+			return
+		case b, ok := <-chunks:
+			if !ok {
+				return
+			}
+			n, err := w.Write(b)
+			p.mu.Lock()
+			p.streamed[resource] += int64(n)
+			p.mu.Unlock()
+			if err != nil || rc.Flush() != nil {
+				return
+			}
+		}
+	}
+}
 
 // Streamed returns how many bytes the watches of resource (plural: "secrets") have
 // sent their clients so far: a test waits for it to grow to know that an event reached
@@ -265,20 +323,34 @@ func (p *Proxy) Set(rule func(*http.Request) Action) {
 	p.rule = rule
 }
 
-// EndWatches ends every watch in flight that match selects (every one when nil), as an
-// API server that closes its watches does (its restart, a watch timeout). It returns
-// how many it ended.
+// EndWatches ends every watch in flight that match selects (every one when nil), cleanly,
+// as the API server ends a watch at its timeout: the client watches again from where it
+// was, without listing. It returns how many it ended.
 func (p *Proxy) EndWatches(match func(*http.Request) bool) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
 	for wr := range p.watches {
 		if match == nil || match(wr.req) {
-			wr.cancel()
+			wr.once.Do(func() { close(wr.end) })
 			n++
 		}
 	}
 	return n
+}
+
+// Watching returns how long each watch in flight that match selects (every one when
+// nil) has been running.
+func (p *Proxy) Watching(match func(*http.Request) bool) []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ages []time.Duration
+	for wr := range p.watches {
+		if match == nil || match(wr.req) {
+			ages = append(ages, time.Since(wr.since))
+		}
+	}
+	return ages
 }
 
 // Close stops the proxy and ends every request in flight.
