@@ -136,10 +136,11 @@ const (
 	// bucket under these faults (docs/storagebucket.md, "Fault model"): an interval,
 	// plus a takeover after a crash or a stall (a lease and two renew periods), plus a
 	// lease for a replica that starts while a crashed one's Lease still looks live to
-	// it, plus two renew periods to take the slots; plus one interval for a handover
-	// between replicas whose clocks differ by an offset off the probe grid (each probes
-	// on its own clock's grid); and a few seconds of a loaded machine.
-	chaosGapBound = 2*chaosInterval + 2*chaosLease + 4*chaosRenew + 3*time.Second
+	// it, plus two renew periods and the margin (a fifth of the lease) to take the slots
+	// from those that took them meanwhile; plus one interval for a handover between
+	// replicas whose clocks differ by an offset off the probe grid (each probes on its
+	// own clock's grid); and a few seconds of a loaded machine.
+	chaosGapBound = 2*chaosInterval + 2*chaosLease + 4*chaosRenew + chaosLease/5 + 3*time.Second
 	// relistBound is what a replica that lists its share from the API server (KEP-5866)
 	// adds: the StorageBuckets of slots it takes over reach its informer only when it
 	// lists again, after client-go's reflector back-off, which grows from 0.8 s to 30 s
