@@ -384,7 +384,8 @@ func (ch *chaos) faults(ctx context.Context) []string {
 		}
 		applied = append(applied, fault)
 		ch.awaitSettled()
-		pause := 2*time.Second + time.Duration(ch.rng.IntN(4000))*time.Millisecond
+		// Settling took a few seconds already: churn goes on meanwhile.
+		pause := time.Second + time.Duration(ch.rng.IntN(2000))*time.Millisecond
 		if n+1 < len(chaosFirstFaults) {
 			time.Sleep(pause)
 		} else {
