@@ -200,7 +200,7 @@ test-checks:
 CHAOS_DURATION ?= 10m
 CHAOS_SEED ?=
 .PHONY: chaos
-chaos: tools-for-chaos ## Run the StorageBucket chaos suite for CHAOS_DURATION (10m): three managers, stalled API connections, skewed clocks, kills, StorageBuckets deleted and re-created.
+chaos: tools-for-chaos ## Run the StorageBucket chaos suite for CHAOS_DURATION (10m): three managers, stalled API connections, Lease writes answered 429, pauses (SIGSTOP), skewed clocks, kills, ended watches, StorageBuckets deleted and re-created.
 	PHALANKS_CHAOS_DURATION=$(CHAOS_DURATION) PHALANKS_CHAOS_SEED=$(CHAOS_SEED) \
 		go test $(GO_TEST_FLAGS) -v ./test/e2e/storagebucket/ -ginkgo.label-filter=chaos -ginkgo.v
 # One version after the other: each run uses both cores.
