@@ -3,6 +3,7 @@ package scaling
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,7 +51,10 @@ func scaledObjectKind(target func(ctx context.Context, reader client.Reader, nam
 			if w.level == 0 {
 				annotations[KEDAPausedReplicas] = fmt.Sprint(w.pausedReplicas)
 			}
-			_, err := applyAnnotations(ctx, c, o, o.GetResourceVersion(), annotations)
+			// The pause ends with the operator's record: paused-replicas goes even when
+			// someone changed it during the downtime, or KEDA would stay paused for good.
+			gone := ended(o.GetAnnotations(), annotations, append(slices.Clone(recordKeys), KEDAPausedReplicas)...)
+			_, err := applyAnnotations(ctx, c, o, o.GetResourceVersion(), annotations, gone)
 			return err
 		},
 		transform: slimScaledObject,

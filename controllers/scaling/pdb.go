@@ -502,10 +502,13 @@ func (r *pdbReconciler) write(ctx context.Context, pdb *policyv1.PodDisruptionBu
 	if w.maxUnavailable != nil {
 		spec.WithMaxUnavailable(*w.maxUnavailable)
 	}
+	annotations := w.annotationsFor()
 	ac := policyv1ac.PodDisruptionBudget(pdb.Name, pdb.Namespace).
 		WithUID(pdb.UID).WithResourceVersion(pdb.ResourceVersion).
-		WithAnnotations(w.annotationsFor()).WithSpec(spec)
-	return apply(ctx, r.s.mgr.GetClient(), "PodDisruptionBudget", ac)
+		WithAnnotations(annotations).WithSpec(spec)
+	return applyEnding(ctx, r.s.mgr.GetClient(), "PodDisruptionBudget", ac, ac.ObjectMetaApplyConfiguration,
+		policyv1.SchemeGroupVersion.WithKind(pdbKindName), pdb,
+		ended(pdb.Annotations, annotations, AnnotationOriginalMinAvailable, AnnotationOriginalMaxUnavailable, AnnotationNextTransition))
 }
 
 // budgetsSelecting maps a workload (by its pod template's labels) or a pod (by its own)

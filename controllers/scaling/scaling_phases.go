@@ -227,11 +227,15 @@ func (r *reconciler) writeAutoscaler(ctx context.Context, obj client.Object, h *
 	if h == nil {
 		return nil
 	}
+	annotations := h.annotationsFor()
 	ac := autoscalingv2ac.HorizontalPodAutoscaler(h.name, obj.GetNamespace()).
 		WithUID(h.uid).WithResourceVersion(h.resourceVersion).
-		WithAnnotations(h.annotationsFor()).
+		WithAnnotations(annotations).
 		WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().WithMinReplicas(h.minReplicas))
-	return apply(ctx, r.s.mgr.GetClient(), fmt.Sprintf("minReplicas %d to autoscaler %s", h.minReplicas, h.name), ac)
+	hpa := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: h.name}}
+	return applyEnding(ctx, r.s.mgr.GetClient(), fmt.Sprintf("minReplicas %d to autoscaler %s", h.minReplicas, h.name), ac, ac.ObjectMetaApplyConfiguration,
+		autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler"), hpa,
+		ended(h.annotations, annotations, AnnotationOriginalMinReplicas, AnnotationNextTransition))
 }
 
 // emit logs the decision's events and records them on the object.

@@ -194,9 +194,11 @@ type hpaWrite struct {
 	name            string
 	uid             types.UID
 	resourceVersion string
-	minReplicas     int32
-	originalMin     *int32
-	next            time.Time
+	// annotations are the autoscaler's as the decision read them.
+	annotations map[string]string
+	minReplicas int32
+	originalMin *int32
+	next        time.Time
 }
 
 type eventSpec struct {
@@ -374,7 +376,8 @@ func downtime(in inputs, cfg config, grace time.Duration, next time.Time, saved 
 		}
 		if hpa != nil && hpa.minReplicas > target {
 			original := hpa.minReplicas
-			d.hpa = &hpaWrite{name: hpa.name, uid: hpa.uid, resourceVersion: hpa.resourceVersion, minReplicas: target, originalMin: &original, next: next}
+			d.hpa = &hpaWrite{name: hpa.name, uid: hpa.uid, resourceVersion: hpa.resourceVersion, annotations: hpa.annotations,
+				minReplicas: target, originalMin: &original, next: next}
 			d.actions = append(d.actions, actionHPALower)
 			d.events = append(d.events, eventSpec{reason: ReasonScaleDown, action: "Scale", note: fmt.Sprintf(
 				"lowered minReplicas of HorizontalPodAutoscaler %s from %d to %d for the downtime%s",
@@ -480,7 +483,8 @@ func restore(d *decision, k traits, w workloadView, count int32, hasSaved bool, 
 	if hpa != nil {
 		original, _, _ := savedCount(hpa.annotations, AnnotationOriginalMinReplicas)
 		restored, note := capMinReplicas(original, hpa.maxReplicas)
-		d.hpa = &hpaWrite{name: hpa.name, uid: hpa.uid, resourceVersion: hpa.resourceVersion, minReplicas: restored, next: next}
+		d.hpa = &hpaWrite{name: hpa.name, uid: hpa.uid, resourceVersion: hpa.resourceVersion, annotations: hpa.annotations,
+			minReplicas: restored, next: next}
 		d.actions = append(d.actions, actionHPARestore)
 		d.events = append(d.events, eventSpec{reason: ReasonScaleUp, action: "Scale", note: fmt.Sprintf(
 			"restored minReplicas %s of HorizontalPodAutoscaler %s: %s", note, hpa.name, why)})

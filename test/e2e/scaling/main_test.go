@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -227,6 +228,21 @@ func annotate(g Gomega, obj client.Object, kv map[string]string) {
 		live.SetAnnotations(a)
 		g.Expect(admin.Update(context.Background(), live)).To(Succeed())
 	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+}
+
+// kubectl runs the kubectl of the kubectl tool set against the cluster as its
+// administrator, with stdin as its input, and returns its output; it fails the test if
+// kubectl fails.
+func kubectl(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	bin, err := tools.Path("kubectl")
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+local.Kubeconfig)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	NewWithT(t).Expect(err).NotTo(HaveOccurred(), "kubectl %s: %s", strings.Join(args, " "), out)
+	return string(out)
 }
 
 // live returns a function reading obj for Eventually.
