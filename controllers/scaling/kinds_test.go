@@ -351,3 +351,63 @@ func TestADaemonSetGetsItsSelectorAsItIsNowWithoutTheOperatorsKey(t *testing.T) 
 		})
 	}
 }
+
+// TestABudgetSwitchedToTheOtherFieldDuringTheDowntimeKeepsTheSwitch: the API server
+// takes minAvailable or maxUnavailable, never both. A budget that someone switched from
+// the field the operator relaxed to the other one is the user's: its restore, and a
+// refresh of its record, write neither field (the restore used to apply the saved field
+// next to the new one, which the API server refused at every retry).
+func TestABudgetSwitchedToTheOtherFieldDuringTheDowntimeKeepsTheSwitch(t *testing.T) {
+	one, three := intstr.FromInt32(1), intstr.FromInt32(3)
+	back := coveredWorkload{kind: "Deployment", name: "web", uid: "web-uid", level: 3}
+	down := coveredWorkload{kind: "Deployment", name: "web", uid: "web-uid", level: 0, annotations: map[string]string{
+		AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-07T08:00:00Z"}}
+	cases := []struct {
+		name    string
+		in      pdbInputs
+		state   state
+		keeps   map[string]string
+		note    string
+		reasons string
+	}{
+		{"relaxed minAvailable, switched to maxUnavailable, is restored without minAvailable",
+			pdbInputs{pdb: pdbView{maxUnavailable: &one, annotations: map[string]string{AnnotationOriginalMinAvailable: "2", AnnotationNextTransition: "2024-06-06T08:00:00Z"}},
+				covered: []coveredWorkload{back}},
+			stateUp, nil, "kept maxUnavailable 1, to which it was switched during the downtime (minAvailable 2 is not restored)", ReasonScaleUp},
+		{"relaxed maxUnavailable, switched to minAvailable, is restored without maxUnavailable",
+			pdbInputs{pdb: pdbView{minAvailable: &three, annotations: map[string]string{AnnotationOriginalMaxUnavailable: "50%", AnnotationNextTransition: "2024-06-06T08:00:00Z"}},
+				covered: []coveredWorkload{back}},
+			stateUp, nil, "kept minAvailable 3", ReasonScaleUp},
+		{"a switched budget whose workloads' schedule changed keeps its record, and the new field stays the user's",
+			pdbInputs{pdb: pdbView{maxUnavailable: &one, annotations: map[string]string{AnnotationOriginalMinAvailable: "2", AnnotationNextTransition: "2024-06-06T08:00:00Z"}},
+				covered: []coveredWorkload{down}},
+			stateDown, map[string]string{AnnotationOriginalMinAvailable: "2", AnnotationNextTransition: "2024-06-07T08:00:00Z"}, "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, w, events := decidePDB(c.in)
+			if st != c.state {
+				t.Errorf("state = %q, want %q", st, c.state)
+			}
+			if w == nil {
+				t.Fatal("no write")
+			}
+			if w.minAvailable != nil || w.maxUnavailable != nil {
+				t.Errorf("writes minAvailable %v, maxUnavailable %v; want neither", w.minAvailable, w.maxUnavailable)
+			}
+			if a := w.annotationsFor(); !maps.Equal(a, c.keeps) && (len(a) > 0 || len(c.keeps) > 0) {
+				t.Errorf("annotations %v, want %v", a, c.keeps)
+			}
+			var reasons []string
+			for _, e := range events {
+				reasons = append(reasons, e.reason)
+				if c.note != "" && !strings.Contains(e.note, c.note) {
+					t.Errorf("note %q does not say %q", e.note, c.note)
+				}
+			}
+			if strings.Join(reasons, ",") != c.reasons {
+				t.Errorf("reasons %v, want %q", reasons, c.reasons)
+			}
+		})
+	}
+}

@@ -190,16 +190,26 @@ func decidePDB(in pdbInputs) (state, *pdbWrite, []eventSpec) {
 		return stateOwned, nil, []eventSpec{{reason: ReasonControlledByOwner, action: "Skip", note: fmt.Sprintf(
 			"not relaxed: controlled by %s %s, which sets it", p.controller.Kind, p.controller.Name)}}
 	}
+	// switched: someone made the budget use the other field during the downtime (the API
+	// server allows only one); the operator's relaxed field is gone with it, and the
+	// switch is theirs to keep.
+	switched := relaxedMin && p.minAvailable == nil && p.maxUnavailable != nil ||
+		relaxedMax && p.maxUnavailable == nil && p.minAvailable != nil
 	switch {
 	case relaxed && (len(blockers) > 0 || len(downNames) == 0 || in.excluded):
 		w := &pdbWrite{}
-		note := "restored "
-		if relaxedMin {
+		var note string
+		switch {
+		case switched && relaxedMin:
+			note = "kept maxUnavailable " + p.maxUnavailable.String() + ", to which it was switched during the downtime (minAvailable " + origMin + " is not restored)"
+		case switched:
+			note = "kept minAvailable " + p.minAvailable.String() + ", to which it was switched during the downtime (maxUnavailable " + origMax + " is not restored)"
+		case relaxedMin:
 			v := intstr.Parse(origMin)
-			w.minAvailable, note = &v, note+"minAvailable "+origMin
-		} else {
+			w.minAvailable, note = &v, "restored minAvailable "+origMin
+		default:
 			v := intstr.Parse(origMax)
-			w.maxUnavailable, note = &v, note+"maxUnavailable "+origMax
+			w.maxUnavailable, note = &v, "restored maxUnavailable "+origMax
 		}
 		why := "the workloads whose pods it selects are no longer all scaled down"
 		switch {
@@ -211,9 +221,13 @@ func decidePDB(in pdbInputs) (state, *pdbWrite, []eventSpec) {
 		return stateUp, w, []eventSpec{{reason: ReasonScaleUp, action: "Scale", note: note + ": " + why}}
 	case relaxed:
 		if p.annotations[AnnotationNextTransition] != next {
-			// The workloads' schedule changed: keep the record current.
-			w := &pdbWrite{minAvailable: p.minAvailable, maxUnavailable: p.maxUnavailable, next: next,
-				original: keepAnnotations(p.annotations, AnnotationOriginalMinAvailable, AnnotationOriginalMaxUnavailable)}
+			// The workloads' schedule changed: keep the record current, and the relaxed
+			// field with it, unless the budget was switched to the other one, which is
+			// not the operator's to apply.
+			w := &pdbWrite{next: next, original: keepAnnotations(p.annotations, AnnotationOriginalMinAvailable, AnnotationOriginalMaxUnavailable)}
+			if !switched {
+				w.minAvailable, w.maxUnavailable = p.minAvailable, p.maxUnavailable
+			}
 			return stateDown, w, nil
 		}
 		return stateDown, nil, nil
