@@ -106,12 +106,31 @@ func hasAny(annotations map[string]string, keys []string) bool {
 	return false
 }
 
+// pickKeys returns the annotations of the groups given.
+func pickKeys(annotations map[string]string, groups ...[]string) map[string]string {
+	var out map[string]string
+	for _, g := range groups {
+		for _, k := range g {
+			if v, ok := annotations[k]; ok {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
 // layer is one place annotations are read from, in order of precedence.
 type layer struct {
 	// source names it in messages: empty for the object itself, "namespace team-a",
 	// "Deployment web" (the workload a ScaledObject scales), "operator defaults".
 	source      string
 	annotations map[string]string
+	// resource is, for the layer of the workload a ScaledObject scales, that workload's
+	// <plural>.<group>.
+	resource string
 }
 
 func (l layer) prefix() string {

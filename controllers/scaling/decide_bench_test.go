@@ -4,8 +4,8 @@ import (
 	"archive/zip"
 	"errors"
 	"fmt"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -34,13 +34,18 @@ func hourly(start time.Time, n int) string {
 	return strings.Join(parts, ", ")
 }
 
-// zoneNames lists the zones of Go's zone database.
+// zoneNames lists the zones of Go's zone database, which the toolchain that runs the
+// benchmark keeps in $GOROOT/lib/time.
 func zoneNames(b *testing.B) []string {
-	r, err := zip.OpenReader(filepath.Join(runtime.GOROOT(), "lib", "time", "zoneinfo.zip"))
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer r.Close()
+	r, err := zip.OpenReader(filepath.Join(strings.TrimSpace(string(goroot)), "lib", "time", "zoneinfo.zip"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = r.Close() }()
 	var out []string
 	for _, f := range r.File {
 		if !strings.HasSuffix(f.Name, "/") && f.Name != "Local" && !strings.HasPrefix(f.Name, "posix") && !strings.HasPrefix(f.Name, "right") {

@@ -229,6 +229,8 @@ func why(in inputs, d decision) string {
 		}
 	}
 	switch {
+	case d.state == stateInvalid && (d.workload != nil || d.hpa != nil):
+		return note + "; that counts as no schedule, and the operator has yet to restore it"
 	case d.state == stateDown && d.workload != nil && d.workload.level != in.workload.level:
 		return "downtime" + from + "; the operator has yet to scale it down"
 	case d.state == stateDown && d.hpa != nil:
@@ -270,16 +272,16 @@ func reason(err error) string {
 }
 
 // findTarget reads the workload a ScaledObject scales, for its schedule.
-func (i *Inspector) findTarget(ctx context.Context, reader client.Reader, namespace string, ref scaleTarget) (client.Object, bool) {
+func (i *Inspector) findTarget(ctx context.Context, reader client.Reader, namespace string, ref scaleTarget) (client.Object, *kind, bool) {
 	for _, k := range i.kinds {
 		if k.gvk.GroupKind() == ref.groupKind() {
 			obj := k.newObject()
 			if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.name}, obj); err == nil {
-				return obj, true
+				return obj, k, true
 			}
 		}
 	}
-	return nil, false
+	return nil, nil, false
 }
 
 // listingReader is the user's client with what the operator's cache adds: autoscalers

@@ -30,7 +30,7 @@ const (
 // the operator's defaults: annotating the workload is enough. The workload itself is
 // then left alone (see decide), so the schedule and KEDA never fight over its replicas.
 // target finds the workload a ScaledObject scales in the scaling cache.
-func scaledObjectKind(target func(ctx context.Context, reader client.Reader, namespace string, ref scaleTarget) (client.Object, bool)) *kind {
+func scaledObjectKind(target func(ctx context.Context, reader client.Reader, namespace string, ref scaleTarget) (client.Object, *kind, bool)) *kind {
 	return &kind{
 		traits: traits{name: "ScaledObject", onOff: true,
 			stopped: "paused (" + KEDAPausedReplicas + ")",
@@ -63,11 +63,11 @@ func scaledObjectKind(target func(ctx context.Context, reader client.Reader, nam
 			if !ok {
 				return layer{}, false
 			}
-			w, found := target(ctx, reader, o.GetNamespace(), ref)
+			w, k, found := target(ctx, reader, o.GetNamespace(), ref)
 			if !found {
 				return layer{}, false
 			}
-			return layer{source: ref.kind + " " + ref.name, annotations: w.GetAnnotations()}, true
+			return layer{source: ref.kind + " " + ref.name, annotations: w.GetAnnotations(), resource: k.resource}, true
 		},
 	}
 }

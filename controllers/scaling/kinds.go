@@ -178,7 +178,7 @@ var deployments = &kind{
 		return &appsv1.Deployment{ObjectMeta: slimMeta(d.ObjectMeta), Spec: appsv1.DeploymentSpec{
 			Replicas: d.Spec.Replicas,
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: d.Spec.Template.Labels},
-				Spec: corev1.PodSpec{Resources: slimRequests(&d.Spec.Template)}},
+				Spec: corev1.PodSpec{Resources: slimRequests(&d.Spec.Template), PriorityClassName: d.Spec.Template.Spec.PriorityClassName}},
 		}}, nil
 	},
 }
@@ -209,7 +209,7 @@ var statefulSets = &kind{
 		return &appsv1.StatefulSet{ObjectMeta: slimMeta(s.ObjectMeta), Spec: appsv1.StatefulSetSpec{
 			Replicas: s.Spec.Replicas,
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: s.Spec.Template.Labels},
-				Spec: corev1.PodSpec{Resources: slimRequests(&s.Spec.Template)}},
+				Spec: corev1.PodSpec{Resources: slimRequests(&s.Spec.Template), PriorityClassName: s.Spec.Template.Spec.PriorityClassName}},
 		}}, nil
 	},
 }
@@ -244,7 +244,9 @@ var cronJobs = &kind{
 		if !ok {
 			return obj, nil
 		}
-		return &batchv1.CronJob{ObjectMeta: slimMeta(c.ObjectMeta), Spec: batchv1.CronJobSpec{Suspend: c.Spec.Suspend}}, nil
+		out := &batchv1.CronJob{ObjectMeta: slimMeta(c.ObjectMeta), Spec: batchv1.CronJobSpec{Suspend: c.Spec.Suspend}}
+		out.Spec.JobTemplate.Spec.Template.Spec.PriorityClassName = c.Spec.JobTemplate.Spec.Template.Spec.PriorityClassName
+		return out, nil
 	},
 }
 
@@ -275,7 +277,9 @@ var jobs = &kind{
 		if !ok {
 			return obj, nil
 		}
-		return &batchv1.Job{ObjectMeta: slimMeta(j.ObjectMeta), Spec: batchv1.JobSpec{Suspend: j.Spec.Suspend}}, nil
+		out := &batchv1.Job{ObjectMeta: slimMeta(j.ObjectMeta), Spec: batchv1.JobSpec{Suspend: j.Spec.Suspend}}
+		out.Spec.Template.Spec.PriorityClassName = j.Spec.Template.Spec.PriorityClassName
+		return out, nil
 	},
 }
 
@@ -432,6 +436,7 @@ func slimDaemonSet(obj any) (any, error) {
 	// The nodeSelector is kept whole: the write applies it whole.
 	out := &appsv1.DaemonSet{ObjectMeta: slimMeta(d.ObjectMeta)}
 	out.Spec.Template.Spec.NodeSelector = d.Spec.Template.Spec.NodeSelector
+	out.Spec.Template.Spec.PriorityClassName = d.Spec.Template.Spec.PriorityClassName
 	return out, nil
 }
 
@@ -461,6 +466,24 @@ var horizontalPodAutoscalers = &kind{
 			autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler"), o, ended(o.GetAnnotations(), annotations, recordKeys...))
 	},
 	transform: slimHPA,
+}
+
+// priorityClassOf returns the priority class of the pods of a workload with a pod
+// template (kinds scaled through /scale keep none in the cache).
+func priorityClassOf(o client.Object) string {
+	switch w := o.(type) {
+	case *appsv1.Deployment:
+		return w.Spec.Template.Spec.PriorityClassName
+	case *appsv1.StatefulSet:
+		return w.Spec.Template.Spec.PriorityClassName
+	case *appsv1.DaemonSet:
+		return w.Spec.Template.Spec.PriorityClassName
+	case *batchv1.Job:
+		return w.Spec.Template.Spec.PriorityClassName
+	case *batchv1.CronJob:
+		return w.Spec.JobTemplate.Spec.Template.Spec.PriorityClassName
+	}
+	return ""
 }
 
 // builtinKinds are the kinds --scaling-resources may name besides those with a /scale

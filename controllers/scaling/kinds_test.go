@@ -1,6 +1,7 @@
 package scaling
 
 import (
+	"errors"
 	"maps"
 	"strings"
 	"testing"
@@ -10,7 +11,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/phalanks/phalanks-operator/internal/schedule"
 )
+
+// noCalendars knows no holiday calendar.
+type noCalendars struct{}
+
+func (noCalendars) Calendar(name string) (*schedule.Schedule, error) {
+	return nil, errors.New("unknown holiday calendar " + name)
+}
 
 // TestDecideForEveryKind covers what differs between kinds and the policy around the
 // shared decision: kinds that stop rather than count, floors, schedules taken from
@@ -34,9 +44,11 @@ func TestDecideForEveryKind(t *testing.T) {
 		hpas        []hpaView
 		delegate    string
 		excluded    bool
+		priority    string
 		// want
 		state     state
 		write     *workloadWrite
+		hpaMin    int32 // the minReplicas written to the autoscaler; 0 for none
 		paused    int32
 		reasons   string
 		note      string
@@ -137,6 +149,50 @@ func TestDecideForEveryKind(t *testing.T) {
 			state: stateExcluded, write: &workloadWrite{level: 3}, reasons: ReasonScaleUp, note: "its namespace is excluded",
 		},
 		{
+			name: "an excluded namespace gives an autoscaler the operator lowered its minReplicas back",
+			kind: deployments.traits, now: night, level: 4, own: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"}, excluded: true,
+			hpas:  []hpaView{{name: "web", minReplicas: 1, maxReplicas: 10, annotations: map[string]string{AnnotationOriginalMinReplicas: "3"}}},
+			state: stateExcluded, hpaMin: 3, reasons: ReasonScaleUp, note: "restored minReplicas 3 of HorizontalPodAutoscaler web: its namespace is excluded",
+		},
+		{
+			name: "a workload whose pods run at system-node-critical is never scaled down, whatever its annotations say",
+			kind: daemonSets.traits, now: night, level: 1, own: map[string]string{AnnotationUptime: work, AnnotationForceDowntime: "true"}, priority: "system-node-critical",
+			state: stateExcluded, reasons: ReasonSystemCritical, note: "never scaled: its pods run at priority class system-node-critical",
+		},
+		{
+			name: "a system-cluster-critical workload scaled down before is restored",
+			kind: deployments.traits, now: night, level: 0, own: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "2"}, priority: "system-cluster-critical",
+			state: stateExcluded, write: &workloadWrite{level: 2}, reasons: ReasonSystemCritical + "," + ReasonScaleUp,
+		},
+		{
+			name: "another priority class is scaled as usual",
+			kind: deployments.traits, now: night, level: 3, own: map[string]string{AnnotationUptime: work}, priority: "high-priority",
+			state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: nextMorning}, reasons: ReasonScaleDown, requeueAt: nextMorning,
+		},
+		{
+			name: "a schedule that cannot be read any more restores what was scaled down, with the warning",
+			kind: deployments.traits, now: night, level: 0,
+			own:   map[string]string{AnnotationUptime: work, AnnotationDowntime: "holidays:gone", AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-06T08:00:00Z"},
+			state: stateInvalid, write: &workloadWrite{level: 3}, reasons: ReasonInvalidSchedule + "," + ReasonScaleUp, note: `element 1 "holidays:gone"`,
+		},
+		{
+			name: "a schedule that cannot be read gives a lowered autoscaler its minReplicas back",
+			kind: deployments.traits, now: night, level: 4, own: map[string]string{AnnotationUptime: "Mon-Fry 08:00-18:00 UTC", AnnotationDowntimeReplicas: "1"},
+			hpas:  []hpaView{{name: "web", minReplicas: 1, maxReplicas: 10, annotations: map[string]string{AnnotationOriginalMinReplicas: "3"}}},
+			state: stateInvalid, hpaMin: 3, reasons: ReasonInvalidSchedule + "," + ReasonScaleUp,
+		},
+		{
+			name: "a schedule that cannot be read never scales down",
+			kind: deployments.traits, now: night, level: 3, own: map[string]string{AnnotationUptime: work, AnnotationDowntime: "holidays:gone"},
+			state: stateInvalid, reasons: ReasonInvalidSchedule,
+		},
+		{
+			name: "schedules that see more than a thousand elements together are rejected",
+			kind: deployments.traits, now: night, level: 3,
+			own:   map[string]string{AnnotationUptime: strings.Repeat("Mon 08:00-09:00 UTC, ", 600) + work, AnnotationDowntime: strings.Repeat("never, ", 500) + "never"},
+			state: stateInvalid, reasons: ReasonInvalidSchedule, note: "its schedules have 1102 elements together, those of the holiday calendars they name included (at most 1000 per object)",
+		},
+		{
 			name: "force-downtime true scales down in working hours, with no end",
 			kind: deployments.traits, now: day, level: 3, own: map[string]string{AnnotationUptime: work, AnnotationForceDowntime: "true"},
 			state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3)}, reasons: ReasonScaleDown, note: "(no end scheduled)",
@@ -192,15 +248,22 @@ func TestDecideForEveryKind(t *testing.T) {
 			}
 			d := decide(inputs{
 				now: c.now, kind: c.kind,
-				workload: workloadView{level: c.level, maxReplicas: c.maxReplicas, annotations: c.own, created: created},
+				workload: workloadView{level: c.level, maxReplicas: c.maxReplicas, annotations: c.own, created: created, priorityClass: c.priority},
 				layers:   c.layers, hpas: c.hpas, delegate: c.delegate, namespaceExcluded: c.excluded,
-				grace: 15 * time.Minute,
+				grace: 15 * time.Minute, defaults: schedule.Defaults{Calendars: noCalendars{}},
 			})
 			if d.state != c.state {
 				t.Errorf("state = %q, want %q", d.state, c.state)
 			}
 			if !sameWorkloadWrite(d.workload, c.write) {
 				t.Errorf("write = %+v, want %+v", fmtWrite(d.workload), fmtWrite(c.write))
+			}
+			var hpaMin int32
+			if d.hpa != nil {
+				hpaMin = d.hpa.minReplicas
+			}
+			if hpaMin != c.hpaMin {
+				t.Errorf("autoscaler write %+v, want minReplicas %d", d.hpa, c.hpaMin)
 			}
 			if c.paused != 0 && d.workload != nil && d.workload.pausedReplicas != c.paused {
 				t.Errorf("paused replicas = %d, want %d", d.workload.pausedReplicas, c.paused)

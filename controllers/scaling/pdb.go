@@ -362,19 +362,20 @@ func relaxes(w *pdbWrite) bool { return w != nil && w.relax }
 // from reader: the scaling cache, or the API server before a budget is relaxed.
 func (r *pdbReconciler) gather(ctx context.Context, reader client.Reader, pdb *policyv1.PodDisruptionBudget) (pdbInputs, error) {
 	ns := &corev1.Namespace{}
-	if err := r.s.cache.Get(ctx, types.NamespacedName{Name: pdb.Namespace}, ns); err != nil && !apierrors.IsNotFound(err) {
-		return pdbInputs{}, fmt.Errorf("get namespace: %w", err)
+	if err := r.s.cache.Get(ctx, types.NamespacedName{Name: pdb.Namespace}, ns); err != nil {
+		// As for workloads: nothing is decided in a Namespace that cannot be read.
+		return pdbInputs{}, fmt.Errorf("read namespace %s: %w", pdb.Namespace, err)
 	}
 	in := pdbInputs{
 		pdb: pdbView{minAvailable: pdb.Spec.MinAvailable, maxUnavailable: pdb.Spec.MaxUnavailable,
 			annotations: pdb.Annotations, controller: metav1.GetControllerOf(pdb)},
-		excluded: r.s.policy.excluded(ns.Name, ns.Labels),
+		excluded: r.s.policy.excluded(pdb.Namespace, ns.Labels),
 		dryRun:   r.s.policy.dryRun,
 	}
 	// The budget's own exclude and dry-run annotations (or its namespace's) apply to it.
 	now := r.s.opts.Clock.Now()
 	cfg, err := resolve([]layer{{annotations: pdb.Annotations}, {source: "namespace " + pdb.Namespace, annotations: ns.Annotations}},
-		r.s.gather.scheduleDefaults(ctx, pdb.Namespace), true, now)
+		r.s.gather.scheduleDefaults(ctx, ns), true, now)
 	if err == nil {
 		in.excluded = in.excluded || cfg.excluded(now)
 		in.dryRun = in.dryRun || cfg.dryRun

@@ -61,6 +61,8 @@ var (
 	local  *cluster.Cluster
 	scheme *runtime.Scheme
 	admin  client.Client
+	// workDir is the run's private directory, removed when it ends.
+	workDir string
 )
 
 func TestMain(m *testing.M) {
@@ -75,6 +77,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
+	workDir = dir
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	local, err = cluster.Start(ctx, cluster.Options{Dir: dir})
