@@ -71,11 +71,13 @@ declare -A cgo=()
 
 # Every other Kubernetes version the suites run on (docs/kubernetes-versions.md) is a
 # set kube-<minor> built from hack/tools/kube-<minor>, which hack/tools/kube-version.sh
-# writes: its control plane only, since the real node runs at the default version.
+# writes: its control plane and kubectl (suites call kubectl against it, and kubectl
+# supports one minor version of skew), not the node, since the real node runs at the
+# default version.
 for dir in "$tools"/kube-*/; do
 	[[ -f $dir/go.mod ]] || continue
 	set=$(basename "$dir")
-	packages[$set]="${packages[kube]}"
+	packages[$set]="${packages[kube]} ${packages[kubectl]}"
 	optional+=("$set")
 	# Kubernetes 1.30 and older compile the in-tree cloud providers (and their AWS, Azure,
 	# GCE and vSphere SDKs) in, unless built providerless. From 1.29 on they are off by
