@@ -509,8 +509,9 @@ debian_packages = $(if $(filter node,$(TOOLS_$1)),$(NODE_PACKAGES)) $(DEBIAN_$1)
 NODE_PACKAGES := runc=runc iptables=iptables ip=iproute2 busybox=busybox-static
 
 # tinyproxy is the egress proxy of the StorageBucket e2e suite (test/harness/tinyproxy),
-# which both targets run.
-DEBIAN_test := tinyproxy=tinyproxy
+# which both targets run; make test's hack/olm suites also run the OperatorHub checks
+# (yamllint), beside make operatorhub, so the suites cannot count on it to install it.
+DEBIAN_test := tinyproxy=tinyproxy yamllint=yamllint
 DEBIAN_test-k8s-versions := tinyproxy=tinyproxy
 
 .PHONY: tools
