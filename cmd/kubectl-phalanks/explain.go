@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
 	"github.com/phalanks/phalanks-operator/internal/schedule"
 )
@@ -108,7 +111,13 @@ func (c *common) defaults(ctx context.Context, spec string) (schedule.Defaults, 
 			o, note = c.settings.options(ctx, cl, c.operatorNamespace)
 			d := schedule.Defaults{TimeZone: o.TimeZone, Weekdays: o.Weekdays}
 			if len(schedule.References(spec)) > 0 {
-				d.Calendars = scaling.NewCalendars(cl, o.CalendarNamespace, d).In(ctx, ns)
+				// The calendars the Namespace lets its own shadow, if the user may read it.
+				var shadow []string
+				namespace := &corev1.Namespace{}
+				if cl.Get(ctx, client.ObjectKey{Name: ns}, namespace) == nil {
+					shadow = scaling.ShadowCalendars(namespace)
+				}
+				d.Calendars = scaling.NewCalendars(cl, o.CalendarNamespace, d).In(ctx, ns, shadow)
 			}
 			return d, note
 		}

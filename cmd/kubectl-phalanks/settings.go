@@ -70,7 +70,7 @@ func (s *settingsFlags) options(ctx context.Context, c client.Client, operatorNa
 	o.BindFlags(fresh)
 	// In the operator's pod POD_NAMESPACE names its namespace: the default exclusion
 	// and the calendars' namespace.
-	o.ExcludeNamespaces = []string{"kube-system", operatorNamespace}
+	o.ExcludeNamespaces = scaling.DefaultExcludeNamespaces(operatorNamespace)
 	o.CalendarNamespace = operatorNamespace
 	var note string
 	if c != nil {

@@ -112,7 +112,8 @@ func TestTheOperatorsFlagsAreReadFromItsContainer(t *testing.T) {
 	if got.TimeZone != "Asia/Tokyo" || got.GracePeriod != 0 || note != "" {
 		t.Errorf("options = %+v, note %q", got, note)
 	}
-	if !slices.Equal(got.ExcludeNamespaces, []string{"kube-system", "phalanks-system"}) || got.CalendarNamespace != "phalanks-system" {
+	if !slices.Equal(got.ExcludeNamespaces, scaling.DefaultExcludeNamespaces("phalanks-system")) || !slices.Contains(got.ExcludeNamespaces, "phalanks-system") ||
+		got.CalendarNamespace != "phalanks-system" {
 		t.Errorf("the operator's namespace is excluded and holds the calendars by default: %+v", got)
 	}
 	if plugin.Lookup("scaling-dry-run") != nil || plugin.Lookup("scaling-concurrency") != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -81,12 +82,19 @@ func wakeOrSleep(ctx context.Context, cmd string, args []string, out, errOut *pr
 		u.SetGroupVersionKind(gvk)
 		u.SetNamespace(t.Namespace)
 		u.SetName(t.Name)
+		// The UID read is a precondition: an object deleted since is not re-created as a
+		// stub of annotations (which a loosely typed custom resource would accept), and
+		// one re-created since is not written for the one read.
+		u.SetUID(t.UID)
 		u.SetAnnotations(annotations)
 		if err := cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager)); err != nil {
 			failed++
-			if apierrors.IsConflict(err) {
+			switch {
+			case apierrors.HasStatusCause(err, metav1.CauseTypeFieldManagerConflict):
 				errOut.f("%s: not changed: someone else set the annotation (%v); remove it, then try again\n", name, err)
-			} else {
+			case apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err):
+				errOut.f("%s: not changed: it was deleted or replaced since it was read (%v)\n", name, err)
+			default:
 				errOut.f("%s: %v\n", name, err)
 			}
 			continue
@@ -169,8 +177,6 @@ func findTargets(ctx context.Context, insp *scaling.Inspector, cmd string, parts
 		return nil, err
 	case !ok && cmd == "wake":
 		return nil, fmt.Errorf("%s %s is not under scheduled scaling: nothing to wake", kind, key)
-	case !ok:
-		st = scaling.Status{Kind: kind, Namespace: key.Namespace, Name: key.Name}
 	}
 	return []scaling.Status{st}, nil
 }

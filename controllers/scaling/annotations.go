@@ -106,12 +106,31 @@ func hasAny(annotations map[string]string, keys []string) bool {
 	return false
 }
 
+// pickKeys returns the annotations of the groups given.
+func pickKeys(annotations map[string]string, groups ...[]string) map[string]string {
+	var out map[string]string
+	for _, g := range groups {
+		for _, k := range g {
+			if v, ok := annotations[k]; ok {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
 // layer is one place annotations are read from, in order of precedence.
 type layer struct {
 	// source names it in messages: empty for the object itself, "namespace team-a",
 	// "Deployment web" (the workload a ScaledObject scales), "operator defaults".
 	source      string
 	annotations map[string]string
+	// resource is, for the layer of the workload a ScaledObject scales, that workload's
+	// <plural>.<group>.
+	resource string
 }
 
 func (l layer) prefix() string {
@@ -135,11 +154,27 @@ type config struct {
 	from string
 	// warnings say how schedule elements the strict grammar rejects were read.
 	warnings []string
+	// budget bounds the work of the decision's searches for transitions (see
+	// decisionBudget).
+	budget *schedule.Budget
 }
 
 // maxTransitionSteps bounds the search for the next change of the schedules together;
 // each step is a change of one of them, so real schedules need a handful.
 const maxTransitionSteps = 1000
+
+// decisionBudget bounds the work of one decision's searches for transitions, in
+// schedule elements evaluated (schedule.Budget): a few hundred microseconds however its
+// schedules are written. Schedules of ordinary shape (working hours, holidays, in a
+// zone or two) need a few hundred units and are followed exactly; one that would need
+// more is followed as far as the budget goes, and the object is woken there to go on:
+// its next-transition is then that instant, before the real transition.
+const decisionBudget = 10000
+
+// next is s.Next within the decision's budget.
+func (c *config) next(s *schedule.Schedule, t time.Time) time.Time {
+	return s.NextWithin(t, c.budget)
+}
 
 func (c *config) scheduled() bool {
 	return c.uptime != nil || c.downtime != nil || c.forceUp != nil || c.forceDown != nil
@@ -165,31 +200,33 @@ func (c *config) nextExclusionChange(t time.Time) time.Time {
 	if c.excludeUntil.After(t) {
 		until = c.excludeUntil
 	}
-	return earliest(c.exclude.Next(t), until)
+	return earliest(c.next(c.exclude, t), until)
 }
 
 // nextTimedChange is when a force or exclusion schedule next changes, whether or not
 // that changes the decision: a timed group that runs its course then may hand over to
 // the group of the layer under it (see over), which the schedules here cannot show.
 func (c *config) nextTimedChange(t time.Time) time.Time {
-	return earliest(earliest(c.forceUp.Next(t), c.forceDown.Next(t)), c.nextExclusionChange(t))
+	return earliest(earliest(c.next(c.forceUp, t), c.next(c.forceDown, t)), c.nextExclusionChange(t))
 }
 
 // nextTransition returns the first instant after t at which inDowntime changes, or
-// zero if it never does. Each schedule's Next is exact, so the candidates are their
-// changes; one that another schedule masks is skipped.
+// zero if it never does. The candidates are the schedules' changes; one that another
+// schedule masks is skipped. When the decision's budget runs out first, it returns the
+// furthest instant reached, at which nothing changes: the object is decided again
+// there.
 func (c *config) nextTransition(t time.Time) time.Time {
 	// A force that holds from now on settles it for good.
-	forever := func(s *schedule.Schedule) bool { return s.Contains(t) && s.Next(t).IsZero() }
-	never := func(s *schedule.Schedule) bool { return !s.Contains(t) && s.Next(t).IsZero() }
+	forever := func(s *schedule.Schedule) bool { return s.Contains(t) && c.next(s, t).IsZero() }
+	never := func(s *schedule.Schedule) bool { return !s.Contains(t) && c.next(s, t).IsZero() }
 	if forever(c.forceUp) || (never(c.forceUp) && forever(c.forceDown)) {
 		return time.Time{}
 	}
 	down := c.inDowntime(t)
 	x := t
 	for range maxTransitionSteps {
-		u := earliest(earliest(c.uptime.Next(x), c.downtime.Next(x)), earliest(c.forceUp.Next(x), c.forceDown.Next(x)))
-		if u.IsZero() || c.inDowntime(u) != down {
+		u := earliest(earliest(c.next(c.uptime, x), c.next(c.downtime, x)), earliest(c.next(c.forceUp, x), c.next(c.forceDown, x)))
+		if u.IsZero() || c.inDowntime(u) != down || c.budget.Spent() {
 			return u
 		}
 		x = u
@@ -213,6 +250,8 @@ type resolver struct {
 	defaults schedule.Defaults
 	problems []string
 	warnings []string
+	// budget is the decision's (see decisionBudget).
+	budget *schedule.Budget
 }
 
 func (r *resolver) fail(l layer, key, reason string) {
@@ -226,8 +265,7 @@ func (r *resolver) schedule(l layer, key string) *schedule.Schedule {
 	if !ok {
 		return nil
 	}
-	switch strings.ToLower(strings.TrimSpace(spec)) {
-	case "false", "never":
+	if negative(spec) {
 		return nil
 	}
 	s, err := schedule.Parse(spec, r.defaults)
@@ -239,6 +277,13 @@ func (r *resolver) schedule(l layer, key string) *schedule.Schedule {
 		r.warnings = append(r.warnings, l.prefix()+key+": "+w)
 	}
 	return s
+}
+
+// negative reports whether a schedule annotation says "false" or "never" (any case),
+// without copying a schedule of a thousand elements to find out.
+func negative(spec string) bool {
+	spec = strings.TrimSpace(spec)
+	return strings.EqualFold(spec, "false") || strings.EqualFold(spec, "never")
 }
 
 // pick returns the first layer that sets any key of group.
@@ -276,12 +321,11 @@ func (r *resolver) over(l layer, group []string, now time.Time) bool {
 			}
 			continue
 		}
-		switch strings.ToLower(strings.TrimSpace(v)) {
-		case "false", "never":
+		if negative(v) {
 			return false
 		}
 		s, err := schedule.Parse(v, r.defaults)
-		if err != nil || s.Contains(now) || !s.Next(now).IsZero() {
+		if err != nil || s.Contains(now) || !s.NextWithin(now, r.budget).IsZero() {
 			return false
 		}
 	}
@@ -293,8 +337,8 @@ func (r *resolver) over(l layer, group []string, now time.Time) bool {
 // everything it reads and reports every problem. A timed group that has run its course
 // at now is passed over (see over).
 func resolve(layers []layer, d schedule.Defaults, ownScheduleOnly bool, now time.Time) (config, error) {
-	var c config
-	r := &resolver{defaults: d}
+	c := config{budget: schedule.NewBudget(decisionBudget)}
+	r := &resolver{defaults: d, budget: c.budget}
 
 	scheduleLayers := layers
 	if ownScheduleOnly && len(layers) > 0 {
@@ -357,10 +401,24 @@ func resolve(layers []layer, d schedule.Defaults, ownScheduleOnly bool, now time
 		}
 	}
 	c.warnings = r.warnings
+	if n := c.size(); n > schedule.MaxElements {
+		r.problems = append(r.problems, fmt.Sprintf("its schedules have %d elements together, those of the holiday calendars they name included "+
+			"(at most %d per object)", n, schedule.MaxElements))
+	}
 	if len(r.problems) > 0 {
 		return config{}, errors.New(strings.Join(r.problems, "; "))
 	}
 	return c, nil
+}
+
+// size is the number of schedule elements a decision sees: those of every schedule it
+// follows, the holiday calendars they name included.
+func (c *config) size() int {
+	n := 0
+	for _, s := range []*schedule.Schedule{c.uptime, c.downtime, c.forceUp, c.forceDown, c.exclude} {
+		n += s.Size()
+	}
+	return n
 }
 
 // gracePeriod parses a duration such as 30m, or whole seconds as kube-downscaler takes

@@ -3,6 +3,7 @@ package scaling
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -21,13 +22,28 @@ import (
 	"github.com/phalanks/phalanks-operator/internal/schedule"
 )
 
-// LabelHolidayCalendar is the label ("true") of a ConfigMap that is a holiday calendar, in the workload's
-// namespace or the operator's (--scaling-calendar-namespace): the name of the
-// ConfigMap is the name of the calendar, each data entry a schedule in the usual
-// grammar (usually a list of absolute ranges) under a key that names it. A schedule
-// element holidays:<name> contains what the calendar contains; one in the workload's
-// namespace shadows one of the same name in the operator's.
+// LabelHolidayCalendar is the label ("true") of a ConfigMap that is a holiday calendar,
+// in the operator's namespace (--scaling-calendar-namespace), which every namespace
+// shares, or in the workload's: the name of the ConfigMap is the name of the calendar,
+// each data entry a schedule in the usual grammar (usually a list of absolute ranges)
+// under a key that names it. A schedule element holidays:<name> contains what the
+// calendar contains.
 const LabelHolidayCalendar = annotationPrefix + "holiday-calendar"
+
+// AnnotationShadowCalendars on a Namespace names, comma-separated, the calendars of that
+// namespace that replace the shared calendars of the same names for the objects in it.
+//
+// A calendar decides when workloads sleep, and anyone who may create a ConfigMap in a
+// namespace may label one. So a calendar of the namespace is used only when no shared
+// calendar has its name, unless the Namespace itself, which only those who may change
+// Namespaces can annotate, names it here: a tenant's ConfigMap never changes when the
+// platform's workloads in the tenant's namespace sleep.
+const AnnotationShadowCalendars = annotationPrefix + "shadow-calendars"
+
+// ShadowCalendars returns the calendars a Namespace lets its own replace.
+func ShadowCalendars(ns *corev1.Namespace) []string {
+	return splitList(ns.Annotations[AnnotationShadowCalendars])
+}
 
 // calendarSelector selects the ConfigMaps the operator reads: its cache lists and
 // watches these alone, so no other ConfigMap ever reaches it.
@@ -59,29 +75,40 @@ func NewCalendars(reader client.Reader, operatorNamespace string, d schedule.Def
 	return &Calendars{reader: reader, namespace: operatorNamespace, defaults: d, parsed: map[types.UID]parsedCalendar{}}
 }
 
-// In returns the calendars the schedules of objects in namespace see.
-func (c *Calendars) In(ctx context.Context, namespace string) schedule.Calendars {
-	return calendarsIn{ctx: ctx, c: c, namespace: namespace}
+// In returns the calendars the schedules of objects in namespace see; shadow are the
+// calendars of that namespace that replace the shared ones (ShadowCalendars).
+func (c *Calendars) In(ctx context.Context, namespace string, shadow []string) schedule.Calendars {
+	return calendarsIn{ctx: ctx, c: c, namespace: namespace, shadow: shadow}
 }
 
 type calendarsIn struct {
 	ctx       context.Context //nolint:containedctx // schedule.Calendars has no context; this one lives for one decision
 	c         *Calendars
 	namespace string
+	shadow    []string
 }
 
-// Calendar implements schedule.Calendars.
+// Calendar implements schedule.Calendars: the shared calendar of that name, else the
+// namespace's; the namespace's first if the Namespace lets it shadow the shared one.
 func (in calendarsIn) Calendar(name string) (*schedule.Schedule, error) {
-	var searched []string
-	for _, ns := range []string{in.namespace, in.c.namespace} {
-		if ns == "" || (len(searched) > 0 && searched[0] == ns) {
+	order := []string{in.c.namespace, in.namespace}
+	if slices.Contains(in.shadow, name) {
+		order = []string{in.namespace, in.c.namespace}
+	}
+	var forbidden error
+	for i, ns := range order {
+		if ns == "" || i == 1 && ns == order[0] {
 			continue
 		}
-		searched = append(searched, ns)
 		cm := &corev1.ConfigMap{}
 		err := in.c.reader.Get(in.ctx, types.NamespacedName{Namespace: ns, Name: name}, cm)
 		switch {
 		case apierrors.IsNotFound(err):
+			continue
+		case apierrors.IsForbidden(err) && forbidden == nil:
+			// Only kubectl phalanks, with a user's own credentials, meets this: the
+			// user's view goes on without what the user may not read.
+			forbidden = fmt.Errorf("holiday calendar %q: read ConfigMap %s/%s: %w", name, ns, name, err)
 			continue
 		case err != nil:
 			return nil, fmt.Errorf("holiday calendar %q: read ConfigMap %s/%s: %w", name, ns, name, err)
@@ -89,6 +116,15 @@ func (in calendarsIn) Calendar(name string) (*schedule.Schedule, error) {
 			continue
 		}
 		return in.c.parse(cm)
+	}
+	if forbidden != nil {
+		return nil, forbidden
+	}
+	var searched []string
+	for _, ns := range []string{in.namespace, in.c.namespace} {
+		if ns != "" && !slices.Contains(searched, ns) {
+			searched = append(searched, ns)
+		}
 	}
 	return nil, fmt.Errorf("unknown holiday calendar %q: no ConfigMap %q labelled %s=true in namespace %s",
 		name, name, LabelHolidayCalendar, strings.Join(searched, " or "))

@@ -87,7 +87,7 @@ func writeThroughScale(ctx context.Context, c client.Client, obj client.Object, 
 	if w.level != w.from {
 		if w.original != nil {
 			record := &workloadWrite{original: w.original}
-			if rv, err = applyAnnotations(ctx, c, obj, rv, record.annotationsFor()); err != nil {
+			if rv, err = applyAnnotations(ctx, c, obj, rv, record.annotationsFor(), nil); err != nil {
 				return err
 			}
 		}
@@ -95,19 +95,25 @@ func writeThroughScale(ctx context.Context, c client.Client, obj client.Object, 
 			return err
 		}
 	}
-	_, err = applyAnnotations(ctx, c, obj, rv, w.annotationsFor())
+	annotations := w.annotationsFor()
+	_, err = applyAnnotations(ctx, c, obj, rv, annotations, ended(obj.GetAnnotations(), annotations, recordKeys...))
 	return err
 }
 
 // applyAnnotations applies the operator's annotations to obj as they should be after
-// the write, with rv as precondition, and returns the new resourceVersion.
-func applyAnnotations(ctx context.Context, c client.Client, obj client.Object, rv string, annotations map[string]string) (string, error) {
+// the write, with rv as precondition, removes those of gone that another field manager
+// kept (see applyEnding), and returns the new resourceVersion.
+func applyAnnotations(ctx context.Context, c client.Client, obj client.Object, rv string, annotations map[string]string, gone []string) (string, error) {
 	u := parentOf(obj)
 	u.SetUID(obj.GetUID())
 	u.SetResourceVersion(rv)
 	u.SetAnnotations(annotations)
+	gvk := obj.GetObjectKind().GroupVersionKind()
 	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-		return "", fmt.Errorf("apply annotations to %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, err)
+		return "", fmt.Errorf("apply annotations to %s: %w", gvk.Kind, err)
+	}
+	if err := removeAnnotations(ctx, c, gvk, client.ObjectKeyFromObject(obj), u.GetAnnotations(), u.GetResourceVersion(), gone); err != nil {
+		return "", err
 	}
 	return u.GetResourceVersion(), nil
 }

@@ -36,6 +36,9 @@ type Inspector struct {
 // Status is an object as the operator sees it.
 type Status struct {
 	Kind, Namespace, Name string
+	// UID is the object's, as read: a write made on this Status carries it, so that it
+	// never lands on an object deleted (and perhaps re-created) since.
+	UID types.UID
 	// State is up, down, override, grace, excluded, owned, delegated, blocked or invalid.
 	State string
 	// Level is the replica count (for kinds that run or stop, 1 or 0).
@@ -139,7 +142,9 @@ func (i *Inspector) Inspect(ctx context.Context, namespace string) ([]Status, er
 	return out, nil
 }
 
-// Object inspects one object of the kind named (a Kind, as Status names it).
+// Object inspects one object of the kind named (a Kind, as Status names it). For an
+// object that scheduled scaling leaves alone it returns false, and a Status that only
+// identifies it.
 func (i *Inspector) Object(ctx context.Context, kindName string, key types.NamespacedName) (Status, bool, error) {
 	j := slices.IndexFunc(i.kinds, func(k *kind) bool { return strings.EqualFold(k.name, kindName) })
 	if j < 0 {
@@ -171,10 +176,19 @@ func (i *Inspector) inspect(ctx context.Context, k *kind, obj client.Object) (St
 		return Status{}, false, err
 	}
 	if !in.managed() {
-		return Status{}, false, nil
+		return identity(k, obj), false, nil
 	}
 	st, ok := statusOf(client.ObjectKeyFromObject(obj), in, decide(in))
-	return st, ok, nil
+	if !ok {
+		return identity(k, obj), false, nil
+	}
+	st.UID = obj.GetUID()
+	return st, true, nil
+}
+
+// identity is the Status of an object scheduled scaling leaves alone: who it is.
+func identity(k *kind, obj client.Object) Status {
+	return Status{Kind: k.name, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: obj.GetUID()}
 }
 
 // statusOf reports the decision about an object as kubectl phalanks shows it; false for
@@ -215,6 +229,8 @@ func why(in inputs, d decision) string {
 		}
 	}
 	switch {
+	case d.state == stateInvalid && (d.workload != nil || d.hpa != nil):
+		return note + "; that counts as no schedule, and the operator has yet to restore it"
 	case d.state == stateDown && d.workload != nil && d.workload.level != in.workload.level:
 		return "downtime" + from + "; the operator has yet to scale it down"
 	case d.state == stateDown && d.hpa != nil:
@@ -256,16 +272,16 @@ func reason(err error) string {
 }
 
 // findTarget reads the workload a ScaledObject scales, for its schedule.
-func (i *Inspector) findTarget(ctx context.Context, reader client.Reader, namespace string, ref scaleTarget) (client.Object, bool) {
+func (i *Inspector) findTarget(ctx context.Context, reader client.Reader, namespace string, ref scaleTarget) (client.Object, *kind, bool) {
 	for _, k := range i.kinds {
 		if k.gvk.GroupKind() == ref.groupKind() {
 			obj := k.newObject()
 			if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.name}, obj); err == nil {
-				return obj, true
+				return obj, k, true
 			}
 		}
 	}
-	return nil, false
+	return nil, nil, false
 }
 
 // listingReader is the user's client with what the operator's cache adds: autoscalers

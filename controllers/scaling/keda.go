@@ -3,6 +3,7 @@ package scaling
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,7 +30,7 @@ const (
 // the operator's defaults: annotating the workload is enough. The workload itself is
 // then left alone (see decide), so the schedule and KEDA never fight over its replicas.
 // target finds the workload a ScaledObject scales in the scaling cache.
-func scaledObjectKind(target func(ctx context.Context, reader client.Reader, namespace string, ref scaleTarget) (client.Object, bool)) *kind {
+func scaledObjectKind(target func(ctx context.Context, reader client.Reader, namespace string, ref scaleTarget) (client.Object, *kind, bool)) *kind {
 	return &kind{
 		traits: traits{name: "ScaledObject", onOff: true,
 			stopped: "paused (" + KEDAPausedReplicas + ")",
@@ -50,7 +51,10 @@ func scaledObjectKind(target func(ctx context.Context, reader client.Reader, nam
 			if w.level == 0 {
 				annotations[KEDAPausedReplicas] = fmt.Sprint(w.pausedReplicas)
 			}
-			_, err := applyAnnotations(ctx, c, o, o.GetResourceVersion(), annotations)
+			// The pause ends with the operator's record: paused-replicas goes even when
+			// someone changed it during the downtime, or KEDA would stay paused for good.
+			gone := ended(o.GetAnnotations(), annotations, append(slices.Clone(recordKeys), KEDAPausedReplicas)...)
+			_, err := applyAnnotations(ctx, c, o, o.GetResourceVersion(), annotations, gone)
 			return err
 		},
 		transform: slimScaledObject,
@@ -59,11 +63,11 @@ func scaledObjectKind(target func(ctx context.Context, reader client.Reader, nam
 			if !ok {
 				return layer{}, false
 			}
-			w, found := target(ctx, reader, o.GetNamespace(), ref)
+			w, k, found := target(ctx, reader, o.GetNamespace(), ref)
 			if !found {
 				return layer{}, false
 			}
-			return layer{source: ref.kind + " " + ref.name, annotations: w.GetAnnotations()}, true
+			return layer{source: ref.kind + " " + ref.name, annotations: w.GetAnnotations(), resource: k.resource}, true
 		},
 	}
 }

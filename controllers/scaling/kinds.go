@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -12,12 +13,14 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
 	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,6 +75,75 @@ func apply(ctx context.Context, c client.Client, what string, ac runtime.ApplyCo
 	return nil
 }
 
+// recordKeys are the annotations the operator keeps on an object it scales down, and
+// removes when it restores it.
+var recordKeys = []string{AnnotationOriginalReplicas, AnnotationScaledDownAt, AnnotationPodRequests, AnnotationNextTransition}
+
+// ended returns those of keys that have (an object's annotations as the decision read
+// them) holds and want (what the operator's write leaves) does not: the operator's
+// annotations its write ends.
+func ended(have, want map[string]string, keys ...string) []string {
+	var out []string
+	for _, k := range keys {
+		_, had := have[k]
+		_, kept := want[k]
+		if had && !kept {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// applyEnding applies ac, the operator's part of obj (of gvk), whose metadata meta the
+// API server's answer fills in, and then removes those of the annotations in gone that
+// the object still holds.
+//
+// Server-side apply deletes a field the operator stops applying only when no other
+// field manager owns it too. One that wrote it during the downtime (kubectl annotate
+// --overwrite, kubectl edit, Helm, a Velero restore, exported YAML applied again)
+// shares it, and it would survive the restore: original-replicas would then be taken
+// for a count to restore at every later change of the replicas, and KEDA's
+// paused-replicas would pause a ScaledObject for good. So what the apply left is removed
+// with a merge patch of nulls, on the resourceVersion the apply returned.
+func applyEnding(ctx context.Context, c client.Client, what string, ac runtime.ApplyConfiguration,
+	meta *metav1ac.ObjectMetaApplyConfiguration, gvk schema.GroupVersionKind, obj client.Object, gone []string) error {
+	if err := apply(ctx, c, what, ac); err != nil {
+		return err
+	}
+	if len(gone) == 0 || meta == nil {
+		return nil
+	}
+	return removeAnnotations(ctx, c, gvk, client.ObjectKeyFromObject(obj), meta.Annotations, ptr.Deref(meta.ResourceVersion, ""), gone)
+}
+
+// removeAnnotations removes those of keys that after (an object's annotations as a write
+// left them, at resourceVersion rv) still holds, with rv as precondition: a change made
+// since fails it, and the object is decided again.
+func removeAnnotations(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, key client.ObjectKey,
+	after map[string]string, rv string, keys []string) error {
+	nulls := map[string]any{}
+	for _, k := range keys {
+		if _, ok := after[k]; ok {
+			nulls[k] = nil
+		}
+	}
+	if len(nulls) == 0 {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": rv, "annotations": nulls}})
+	if err != nil {
+		return err
+	}
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(gvk)
+	obj.SetNamespace(key.Namespace)
+	obj.SetName(key.Name)
+	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("remove %s that another field manager also wrote from %s %s: %w", strings.Join(slices.Sorted(maps.Keys(nulls)), ", "), gvk.Kind, key.Name, err)
+	}
+	return nil
+}
+
 // runningOrStopped is the level of a kind that runs or stops.
 func runningOrStopped(stopped bool) int32 {
 	if stopped {
@@ -90,10 +162,13 @@ var deployments = &kind{
 	autoscaled: true,
 	read:       fromObject(func(d *appsv1.Deployment) int32 { return ptr.Deref(d.Spec.Replicas, 1) }),
 	write: func(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
-		return apply(ctx, c, fmt.Sprintf("replicas %d to Deployment", w.level), appsv1ac.Deployment(o.GetName(), o.GetNamespace()).
+		annotations := w.annotationsFor()
+		ac := appsv1ac.Deployment(o.GetName(), o.GetNamespace()).
 			WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
-			WithAnnotations(w.annotationsFor()).
-			WithSpec(appsv1ac.DeploymentSpec().WithReplicas(w.level)))
+			WithAnnotations(annotations).
+			WithSpec(appsv1ac.DeploymentSpec().WithReplicas(w.level))
+		return applyEnding(ctx, c, fmt.Sprintf("replicas %d to Deployment", w.level), ac, ac.ObjectMetaApplyConfiguration,
+			appsv1.SchemeGroupVersion.WithKind("Deployment"), o, ended(o.GetAnnotations(), annotations, recordKeys...))
 	},
 	transform: func(obj any) (any, error) {
 		d, ok := obj.(*appsv1.Deployment)
@@ -103,7 +178,7 @@ var deployments = &kind{
 		return &appsv1.Deployment{ObjectMeta: slimMeta(d.ObjectMeta), Spec: appsv1.DeploymentSpec{
 			Replicas: d.Spec.Replicas,
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: d.Spec.Template.Labels},
-				Spec: corev1.PodSpec{Resources: slimRequests(&d.Spec.Template)}},
+				Spec: corev1.PodSpec{Resources: slimRequests(&d.Spec.Template), PriorityClassName: d.Spec.Template.Spec.PriorityClassName}},
 		}}, nil
 	},
 }
@@ -118,10 +193,13 @@ var statefulSets = &kind{
 	autoscaled: true,
 	read:       fromObject(func(s *appsv1.StatefulSet) int32 { return ptr.Deref(s.Spec.Replicas, 1) }),
 	write: func(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
-		return apply(ctx, c, fmt.Sprintf("replicas %d to StatefulSet", w.level), appsv1ac.StatefulSet(o.GetName(), o.GetNamespace()).
+		annotations := w.annotationsFor()
+		ac := appsv1ac.StatefulSet(o.GetName(), o.GetNamespace()).
 			WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
-			WithAnnotations(w.annotationsFor()).
-			WithSpec(appsv1ac.StatefulSetSpec().WithReplicas(w.level)))
+			WithAnnotations(annotations).
+			WithSpec(appsv1ac.StatefulSetSpec().WithReplicas(w.level))
+		return applyEnding(ctx, c, fmt.Sprintf("replicas %d to StatefulSet", w.level), ac, ac.ObjectMetaApplyConfiguration,
+			appsv1.SchemeGroupVersion.WithKind("StatefulSet"), o, ended(o.GetAnnotations(), annotations, recordKeys...))
 	},
 	transform: func(obj any) (any, error) {
 		s, ok := obj.(*appsv1.StatefulSet)
@@ -131,7 +209,7 @@ var statefulSets = &kind{
 		return &appsv1.StatefulSet{ObjectMeta: slimMeta(s.ObjectMeta), Spec: appsv1.StatefulSetSpec{
 			Replicas: s.Spec.Replicas,
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: s.Spec.Template.Labels},
-				Spec: corev1.PodSpec{Resources: slimRequests(&s.Spec.Template)}},
+				Spec: corev1.PodSpec{Resources: slimRequests(&s.Spec.Template), PriorityClassName: s.Spec.Template.Spec.PriorityClassName}},
 		}}, nil
 	},
 }
@@ -153,17 +231,22 @@ var cronJobs = &kind{
 		return runningOrStopped(ptr.Deref(c.Spec.Suspend, false))
 	}),
 	write: func(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
-		return apply(ctx, c, "suspend to CronJob", batchv1ac.CronJob(o.GetName(), o.GetNamespace()).
+		annotations := w.annotationsFor()
+		ac := batchv1ac.CronJob(o.GetName(), o.GetNamespace()).
 			WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
-			WithAnnotations(w.annotationsFor()).
-			WithSpec(batchv1ac.CronJobSpec().WithSuspend(w.level == 0)))
+			WithAnnotations(annotations).
+			WithSpec(batchv1ac.CronJobSpec().WithSuspend(w.level == 0))
+		return applyEnding(ctx, c, "suspend to CronJob", ac, ac.ObjectMetaApplyConfiguration,
+			batchv1.SchemeGroupVersion.WithKind("CronJob"), o, ended(o.GetAnnotations(), annotations, recordKeys...))
 	},
 	transform: func(obj any) (any, error) {
 		c, ok := obj.(*batchv1.CronJob)
 		if !ok {
 			return obj, nil
 		}
-		return &batchv1.CronJob{ObjectMeta: slimMeta(c.ObjectMeta), Spec: batchv1.CronJobSpec{Suspend: c.Spec.Suspend}}, nil
+		out := &batchv1.CronJob{ObjectMeta: slimMeta(c.ObjectMeta), Spec: batchv1.CronJobSpec{Suspend: c.Spec.Suspend}}
+		out.Spec.JobTemplate.Spec.Template.Spec.PriorityClassName = c.Spec.JobTemplate.Spec.Template.Spec.PriorityClassName
+		return out, nil
 	},
 }
 
@@ -181,17 +264,22 @@ var jobs = &kind{
 	},
 	read: fromObject(func(j *batchv1.Job) int32 { return runningOrStopped(ptr.Deref(j.Spec.Suspend, false)) }),
 	write: func(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
-		return apply(ctx, c, "suspend to Job", batchv1ac.Job(o.GetName(), o.GetNamespace()).
+		annotations := w.annotationsFor()
+		ac := batchv1ac.Job(o.GetName(), o.GetNamespace()).
 			WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
-			WithAnnotations(w.annotationsFor()).
-			WithSpec(batchv1ac.JobSpec().WithSuspend(w.level == 0)))
+			WithAnnotations(annotations).
+			WithSpec(batchv1ac.JobSpec().WithSuspend(w.level == 0))
+		return applyEnding(ctx, c, "suspend to Job", ac, ac.ObjectMetaApplyConfiguration,
+			batchv1.SchemeGroupVersion.WithKind("Job"), o, ended(o.GetAnnotations(), annotations, recordKeys...))
 	},
 	transform: func(obj any) (any, error) {
 		j, ok := obj.(*batchv1.Job)
 		if !ok {
 			return obj, nil
 		}
-		return &batchv1.Job{ObjectMeta: slimMeta(j.ObjectMeta), Spec: batchv1.JobSpec{Suspend: j.Spec.Suspend}}, nil
+		out := &batchv1.Job{ObjectMeta: slimMeta(j.ObjectMeta), Spec: batchv1.JobSpec{Suspend: j.Spec.Suspend}}
+		out.Spec.Template.Spec.PriorityClassName = j.Spec.Template.Spec.PriorityClassName
+		return out, nil
 	},
 }
 
@@ -229,6 +317,12 @@ var daemonSets = &kind{
 // change made during the downtime (a helm upgrade that moves disk: ssd to disk: nvme
 // keeps the operator's key through its three-way merge) therefore survives the restore;
 // the saved copy only tells whether the operator's key is all that differs.
+//
+// A restore that leaves no selector applies an empty one, explicitly: leaving the field
+// out would delete it only if the operator alone owned it, and one someone else wrote
+// during the downtime (a kubectl edit that removed the DaemonSet's own key) would keep
+// the operator's key, and the DaemonSet off every node, for good. The write is therefore
+// unstructured: a typed apply configuration cannot say "empty".
 func writeDaemonSet(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
 	ds := o.(*appsv1.DaemonSet)
 	annotations := w.annotationsFor()
@@ -252,14 +346,26 @@ func writeDaemonSet(ctx context.Context, c client.Client, o client.Object, w *wo
 		}
 		annotations[AnnotationOriginalNodeSelector] = string(data)
 	}
-	ac := appsv1ac.DaemonSet(o.GetName(), o.GetNamespace()).
-		WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
-		WithAnnotations(annotations)
-	if len(selector) > 0 {
-		ac.WithSpec(appsv1ac.DaemonSetSpec().WithTemplate(corev1ac.PodTemplateSpec().WithSpec(
-			corev1ac.PodSpec().WithNodeSelector(selector))))
+	gvk := appsv1.SchemeGroupVersion.WithKind("DaemonSet")
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	u.SetNamespace(o.GetNamespace())
+	u.SetName(o.GetName())
+	u.SetUID(o.GetUID())
+	u.SetResourceVersion(o.GetResourceVersion())
+	u.SetAnnotations(annotations)
+	nodeSelector := map[string]any{}
+	for k, v := range selector {
+		nodeSelector[k] = v
 	}
-	return apply(ctx, c, "nodeSelector to DaemonSet", ac)
+	if err := unstructured.SetNestedMap(u.Object, nodeSelector, "spec", "template", "spec", "nodeSelector"); err != nil {
+		return err
+	}
+	if err := apply(ctx, c, "nodeSelector to DaemonSet", client.ApplyConfigurationFromUnstructured(u)); err != nil {
+		return err
+	}
+	return removeAnnotations(ctx, c, gvk, client.ObjectKeyFromObject(o), u.GetAnnotations(), u.GetResourceVersion(),
+		ended(ds.Annotations, annotations, append(slices.Clone(recordKeys), AnnotationOriginalNodeSelector)...))
 }
 
 // nodeSelectorFor returns the nodeSelector a DaemonSet gets: its current one without
@@ -330,6 +436,7 @@ func slimDaemonSet(obj any) (any, error) {
 	// The nodeSelector is kept whole: the write applies it whole.
 	out := &appsv1.DaemonSet{ObjectMeta: slimMeta(d.ObjectMeta)}
 	out.Spec.Template.Spec.NodeSelector = d.Spec.Template.Spec.NodeSelector
+	out.Spec.Template.Spec.PriorityClassName = d.Spec.Template.Spec.PriorityClassName
 	return out, nil
 }
 
@@ -350,13 +457,33 @@ var horizontalPodAutoscalers = &kind{
 	// caps what comes back (see restore).
 	maxReplicas: func(o client.Object) int32 { return o.(*autoscalingv2.HorizontalPodAutoscaler).Spec.MaxReplicas },
 	write: func(ctx context.Context, c client.Client, o client.Object, w *workloadWrite) error {
-		return apply(ctx, c, fmt.Sprintf("minReplicas %d to HorizontalPodAutoscaler", w.level),
-			autoscalingv2ac.HorizontalPodAutoscaler(o.GetName(), o.GetNamespace()).
-				WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
-				WithAnnotations(w.annotationsFor()).
-				WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().WithMinReplicas(w.level)))
+		annotations := w.annotationsFor()
+		ac := autoscalingv2ac.HorizontalPodAutoscaler(o.GetName(), o.GetNamespace()).
+			WithUID(o.GetUID()).WithResourceVersion(o.GetResourceVersion()).
+			WithAnnotations(annotations).
+			WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().WithMinReplicas(w.level))
+		return applyEnding(ctx, c, fmt.Sprintf("minReplicas %d to HorizontalPodAutoscaler", w.level), ac, ac.ObjectMetaApplyConfiguration,
+			autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler"), o, ended(o.GetAnnotations(), annotations, recordKeys...))
 	},
 	transform: slimHPA,
+}
+
+// priorityClassOf returns the priority class of the pods of a workload with a pod
+// template (kinds scaled through /scale keep none in the cache).
+func priorityClassOf(o client.Object) string {
+	switch w := o.(type) {
+	case *appsv1.Deployment:
+		return w.Spec.Template.Spec.PriorityClassName
+	case *appsv1.StatefulSet:
+		return w.Spec.Template.Spec.PriorityClassName
+	case *appsv1.DaemonSet:
+		return w.Spec.Template.Spec.PriorityClassName
+	case *batchv1.Job:
+		return w.Spec.Template.Spec.PriorityClassName
+	case *batchv1.CronJob:
+		return w.Spec.JobTemplate.Spec.Template.Spec.PriorityClassName
+	}
+	return ""
 }
 
 // builtinKinds are the kinds --scaling-resources may name besides those with a /scale

@@ -1,6 +1,7 @@
 package scaling
 
 import (
+	"errors"
 	"maps"
 	"strings"
 	"testing"
@@ -10,7 +11,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/phalanks/phalanks-operator/internal/schedule"
 )
+
+// noCalendars knows no holiday calendar.
+type noCalendars struct{}
+
+func (noCalendars) Calendar(name string) (*schedule.Schedule, error) {
+	return nil, errors.New("unknown holiday calendar " + name)
+}
 
 // TestDecideForEveryKind covers what differs between kinds and the policy around the
 // shared decision: kinds that stop rather than count, floors, schedules taken from
@@ -34,9 +44,11 @@ func TestDecideForEveryKind(t *testing.T) {
 		hpas        []hpaView
 		delegate    string
 		excluded    bool
+		priority    string
 		// want
 		state     state
 		write     *workloadWrite
+		hpaMin    int32 // the minReplicas written to the autoscaler; 0 for none
 		paused    int32
 		reasons   string
 		note      string
@@ -137,6 +149,50 @@ func TestDecideForEveryKind(t *testing.T) {
 			state: stateExcluded, write: &workloadWrite{level: 3}, reasons: ReasonScaleUp, note: "its namespace is excluded",
 		},
 		{
+			name: "an excluded namespace gives an autoscaler the operator lowered its minReplicas back",
+			kind: deployments.traits, now: night, level: 4, own: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"}, excluded: true,
+			hpas:  []hpaView{{name: "web", minReplicas: 1, maxReplicas: 10, annotations: map[string]string{AnnotationOriginalMinReplicas: "3"}}},
+			state: stateExcluded, hpaMin: 3, reasons: ReasonScaleUp, note: "restored minReplicas 3 of HorizontalPodAutoscaler web: its namespace is excluded",
+		},
+		{
+			name: "a workload whose pods run at system-node-critical is never scaled down, whatever its annotations say",
+			kind: daemonSets.traits, now: night, level: 1, own: map[string]string{AnnotationUptime: work, AnnotationForceDowntime: "true"}, priority: "system-node-critical",
+			state: stateExcluded, reasons: ReasonSystemCritical, note: "never scaled: its pods run at priority class system-node-critical",
+		},
+		{
+			name: "a system-cluster-critical workload scaled down before is restored",
+			kind: deployments.traits, now: night, level: 0, own: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "2"}, priority: "system-cluster-critical",
+			state: stateExcluded, write: &workloadWrite{level: 2}, reasons: ReasonSystemCritical + "," + ReasonScaleUp,
+		},
+		{
+			name: "another priority class is scaled as usual",
+			kind: deployments.traits, now: night, level: 3, own: map[string]string{AnnotationUptime: work}, priority: "high-priority",
+			state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: nextMorning}, reasons: ReasonScaleDown, requeueAt: nextMorning,
+		},
+		{
+			name: "a schedule that cannot be read any more restores what was scaled down, with the warning",
+			kind: deployments.traits, now: night, level: 0,
+			own:   map[string]string{AnnotationUptime: work, AnnotationDowntime: "holidays:gone", AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-06T08:00:00Z"},
+			state: stateInvalid, write: &workloadWrite{level: 3}, reasons: ReasonInvalidSchedule + "," + ReasonScaleUp, note: `element 1 "holidays:gone"`,
+		},
+		{
+			name: "a schedule that cannot be read gives a lowered autoscaler its minReplicas back",
+			kind: deployments.traits, now: night, level: 4, own: map[string]string{AnnotationUptime: "Mon-Fry 08:00-18:00 UTC", AnnotationDowntimeReplicas: "1"},
+			hpas:  []hpaView{{name: "web", minReplicas: 1, maxReplicas: 10, annotations: map[string]string{AnnotationOriginalMinReplicas: "3"}}},
+			state: stateInvalid, hpaMin: 3, reasons: ReasonInvalidSchedule + "," + ReasonScaleUp,
+		},
+		{
+			name: "a schedule that cannot be read never scales down",
+			kind: deployments.traits, now: night, level: 3, own: map[string]string{AnnotationUptime: work, AnnotationDowntime: "holidays:gone"},
+			state: stateInvalid, reasons: ReasonInvalidSchedule,
+		},
+		{
+			name: "schedules that see more than a thousand elements together are rejected",
+			kind: deployments.traits, now: night, level: 3,
+			own:   map[string]string{AnnotationUptime: strings.Repeat("Mon 08:00-09:00 UTC, ", 600) + work, AnnotationDowntime: strings.Repeat("never, ", 500) + "never"},
+			state: stateInvalid, reasons: ReasonInvalidSchedule, note: "its schedules have 1102 elements together, those of the holiday calendars they name included (at most 1000 per object)",
+		},
+		{
 			name: "force-downtime true scales down in working hours, with no end",
 			kind: deployments.traits, now: day, level: 3, own: map[string]string{AnnotationUptime: work, AnnotationForceDowntime: "true"},
 			state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3)}, reasons: ReasonScaleDown, note: "(no end scheduled)",
@@ -192,15 +248,22 @@ func TestDecideForEveryKind(t *testing.T) {
 			}
 			d := decide(inputs{
 				now: c.now, kind: c.kind,
-				workload: workloadView{level: c.level, maxReplicas: c.maxReplicas, annotations: c.own, created: created},
+				workload: workloadView{level: c.level, maxReplicas: c.maxReplicas, annotations: c.own, created: created, priorityClass: c.priority},
 				layers:   c.layers, hpas: c.hpas, delegate: c.delegate, namespaceExcluded: c.excluded,
-				grace: 15 * time.Minute,
+				grace: 15 * time.Minute, defaults: schedule.Defaults{Calendars: noCalendars{}},
 			})
 			if d.state != c.state {
 				t.Errorf("state = %q, want %q", d.state, c.state)
 			}
 			if !sameWorkloadWrite(d.workload, c.write) {
 				t.Errorf("write = %+v, want %+v", fmtWrite(d.workload), fmtWrite(c.write))
+			}
+			var hpaMin int32
+			if d.hpa != nil {
+				hpaMin = d.hpa.minReplicas
+			}
+			if hpaMin != c.hpaMin {
+				t.Errorf("autoscaler write %+v, want minReplicas %d", d.hpa, c.hpaMin)
 			}
 			if c.paused != 0 && d.workload != nil && d.workload.pausedReplicas != c.paused {
 				t.Errorf("paused replicas = %d, want %d", d.workload.pausedReplicas, c.paused)
@@ -347,6 +410,66 @@ func TestADaemonSetGetsItsSelectorAsItIsNowWithoutTheOperatorsKey(t *testing.T) 
 		t.Run(c.name, func(t *testing.T) {
 			if got := nodeSelectorFor(c.current, c.saved, c.down); !maps.Equal(got, c.want) || (got == nil) != (c.want == nil) {
 				t.Errorf("nodeSelectorFor = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestABudgetSwitchedToTheOtherFieldDuringTheDowntimeKeepsTheSwitch: the API server
+// takes minAvailable or maxUnavailable, never both. A budget that someone switched from
+// the field the operator relaxed to the other one is the user's: its restore, and a
+// refresh of its record, write neither field (the restore used to apply the saved field
+// next to the new one, which the API server refused at every retry).
+func TestABudgetSwitchedToTheOtherFieldDuringTheDowntimeKeepsTheSwitch(t *testing.T) {
+	one, three := intstr.FromInt32(1), intstr.FromInt32(3)
+	back := coveredWorkload{kind: "Deployment", name: "web", uid: "web-uid", level: 3}
+	down := coveredWorkload{kind: "Deployment", name: "web", uid: "web-uid", level: 0, annotations: map[string]string{
+		AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-07T08:00:00Z"}}
+	cases := []struct {
+		name    string
+		in      pdbInputs
+		state   state
+		keeps   map[string]string
+		note    string
+		reasons string
+	}{
+		{"relaxed minAvailable, switched to maxUnavailable, is restored without minAvailable",
+			pdbInputs{pdb: pdbView{maxUnavailable: &one, annotations: map[string]string{AnnotationOriginalMinAvailable: "2", AnnotationNextTransition: "2024-06-06T08:00:00Z"}},
+				covered: []coveredWorkload{back}},
+			stateUp, nil, "kept maxUnavailable 1, to which it was switched during the downtime (minAvailable 2 is not restored)", ReasonScaleUp},
+		{"relaxed maxUnavailable, switched to minAvailable, is restored without maxUnavailable",
+			pdbInputs{pdb: pdbView{minAvailable: &three, annotations: map[string]string{AnnotationOriginalMaxUnavailable: "50%", AnnotationNextTransition: "2024-06-06T08:00:00Z"}},
+				covered: []coveredWorkload{back}},
+			stateUp, nil, "kept minAvailable 3", ReasonScaleUp},
+		{"a switched budget whose workloads' schedule changed keeps its record, and the new field stays the user's",
+			pdbInputs{pdb: pdbView{maxUnavailable: &one, annotations: map[string]string{AnnotationOriginalMinAvailable: "2", AnnotationNextTransition: "2024-06-06T08:00:00Z"}},
+				covered: []coveredWorkload{down}},
+			stateDown, map[string]string{AnnotationOriginalMinAvailable: "2", AnnotationNextTransition: "2024-06-07T08:00:00Z"}, "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, w, events := decidePDB(c.in)
+			if st != c.state {
+				t.Errorf("state = %q, want %q", st, c.state)
+			}
+			if w == nil {
+				t.Fatal("no write")
+			}
+			if w.minAvailable != nil || w.maxUnavailable != nil {
+				t.Errorf("writes minAvailable %v, maxUnavailable %v; want neither", w.minAvailable, w.maxUnavailable)
+			}
+			if a := w.annotationsFor(); !maps.Equal(a, c.keeps) && (len(a) > 0 || len(c.keeps) > 0) {
+				t.Errorf("annotations %v, want %v", a, c.keeps)
+			}
+			var reasons []string
+			for _, e := range events {
+				reasons = append(reasons, e.reason)
+				if c.note != "" && !strings.Contains(e.note, c.note) {
+					t.Errorf("note %q does not say %q", e.note, c.note)
+				}
+			}
+			if strings.Join(reasons, ",") != c.reasons {
+				t.Errorf("reasons %v, want %q", reasons, c.reasons)
 			}
 		})
 	}

@@ -47,7 +47,7 @@ var (
 var tracked = newTracker(clock.RealClock{})
 
 func newTracker(c clock.PassiveClock) *tracker {
-	return &tracker{entries: map[trackKey]trackEntry{}, saved: map[scope]savedTotals{}, clock: c}
+	return &tracker{entries: map[trackKey]trackEntry{}, saved: map[scope]savedTotals{}, members: map[scope]int{}, clock: c}
 }
 
 func init() {
@@ -95,6 +95,11 @@ type tracker struct {
 	kinds []string
 	// saved totals what workloads saved up to their last observation.
 	saved map[scope]savedTotals
+	// members counts the entries of each scope. A scope's series go with its last
+	// entry (its counters start again from zero if it comes back, which rate() and
+	// increase() take as a reset): namespaces come and go, and series that outlive
+	// them would grow without end.
+	members map[scope]int
 	// clock times the savings; the scaler's clock.
 	clock clock.PassiveClock
 }
@@ -112,7 +117,7 @@ func (t *tracker) settle(key trackKey, e trackEntry, now time.Time) {
 	if e.savings.replicas == 0 {
 		return
 	}
-	sc := scope{key.name.Namespace, key.kind}
+	sc := scopeOf(key)
 	totals := t.saved[sc]
 	totals.add(e.savings, e.observed, now)
 	t.saved[sc] = totals
@@ -142,9 +147,14 @@ func (t *tracker) observe(kind string, name types.NamespacedName, d decision) (n
 	if had {
 		t.settle(key, prev, now)
 	}
-	if d.state == stateUnmanaged {
-		delete(t.entries, key)
-	} else {
+	switch {
+	case d.state == stateUnmanaged && had:
+		t.remove(key)
+	case d.state == stateUnmanaged:
+	default:
+		if !had {
+			t.members[scopeOf(key)]++
+		}
 		t.entries[key] = trackEntry{state: d.state, saved: d.saved, events: events, savings: d.savings, observed: now}
 	}
 	if d.state == stateInvalid && (!had || prev.state != stateInvalid || prev.events != events) {
@@ -159,9 +169,22 @@ func (t *tracker) forget(kind string, name types.NamespacedName) {
 	key := trackKey{kind, name}
 	if e, ok := t.entries[key]; ok {
 		t.settle(key, e, t.clock.Now())
+		t.remove(key)
 	}
-	delete(t.entries, key)
 }
+
+// remove drops an entry, and its scope's totals with the scope's last entry. Called
+// with t.mu held.
+func (t *tracker) remove(key trackKey) {
+	delete(t.entries, key)
+	sc := scopeOf(key)
+	if t.members[sc]--; t.members[sc] <= 0 {
+		delete(t.members, sc)
+		delete(t.saved, sc)
+	}
+}
+
+func scopeOf(key trackKey) scope { return scope{key.name.Namespace, key.kind} }
 
 // Describe implements prometheus.Collector.
 func (t *tracker) Describe(ch chan<- *prometheus.Desc) {

@@ -108,6 +108,7 @@ func TestSavingsAreIntegratedOverTimeByNamespaceAndKind(t *testing.T) {
 	tr.observe("Deployment", web, decision{state: stateOverride, saved: 3, savings: savings{replicas: 1, cpuMilli: 250, memoryBytes: 256 << 20}})
 	clk.SetTime(start.Add(200 * time.Second))
 	tr.observe("Deployment", web, decision{state: stateUp})
+	// The last workload of team-b's StatefulSets goes, and their series with it.
 	tr.forget("StatefulSet", db)
 	clk.SetTime(start.Add(1000 * time.Second))
 
@@ -115,19 +116,15 @@ func TestSavingsAreIntegratedOverTimeByNamespaceAndKind(t *testing.T) {
 # HELP phalanks_scaling_cpu_request_core_seconds_saved_total CPU requests (cores) of the pods not running, integrated over time, from the pod template at the scale-down, by the workload's namespace and kind.
 # TYPE phalanks_scaling_cpu_request_core_seconds_saved_total counter
 phalanks_scaling_cpu_request_core_seconds_saved_total{kind="Deployment",workload_namespace="team-a"} 100
-phalanks_scaling_cpu_request_core_seconds_saved_total{kind="StatefulSet",workload_namespace="team-b"} 200
 # HELP phalanks_scaling_memory_request_byte_seconds_saved_total Memory requests (bytes) of the pods not running, integrated over time, from the pod template at the scale-down, by the workload's namespace and kind.
 # TYPE phalanks_scaling_memory_request_byte_seconds_saved_total counter
 phalanks_scaling_memory_request_byte_seconds_saved_total{kind="Deployment",workload_namespace="team-a"} %d
-phalanks_scaling_memory_request_byte_seconds_saved_total{kind="StatefulSet",workload_namespace="team-b"} 0
 # HELP phalanks_scaling_pod_seconds_saved_total Replicas held below their saved count, integrated over time, by the workload's namespace and kind.
 # TYPE phalanks_scaling_pod_seconds_saved_total counter
 phalanks_scaling_pod_seconds_saved_total{kind="Deployment",workload_namespace="team-a"} 400
-phalanks_scaling_pod_seconds_saved_total{kind="StatefulSet",workload_namespace="team-b"} 200
 # HELP phalanks_scaling_replicas_scaled_down Replicas held below their saved count now, by the workload's namespace and kind (kinds with a replica count).
 # TYPE phalanks_scaling_replicas_scaled_down gauge
 phalanks_scaling_replicas_scaled_down{kind="Deployment",workload_namespace="team-a"} 0
-phalanks_scaling_replicas_scaled_down{kind="StatefulSet",workload_namespace="team-b"} 0
 `, 400*(256<<20))
 	names := []string{"phalanks_scaling_cpu_request_core_seconds_saved_total", "phalanks_scaling_memory_request_byte_seconds_saved_total",
 		"phalanks_scaling_pod_seconds_saved_total", "phalanks_scaling_replicas_scaled_down"}

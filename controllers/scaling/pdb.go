@@ -190,16 +190,26 @@ func decidePDB(in pdbInputs) (state, *pdbWrite, []eventSpec) {
 		return stateOwned, nil, []eventSpec{{reason: ReasonControlledByOwner, action: "Skip", note: fmt.Sprintf(
 			"not relaxed: controlled by %s %s, which sets it", p.controller.Kind, p.controller.Name)}}
 	}
+	// switched: someone made the budget use the other field during the downtime (the API
+	// server allows only one); the operator's relaxed field is gone with it, and the
+	// switch is theirs to keep.
+	switched := relaxedMin && p.minAvailable == nil && p.maxUnavailable != nil ||
+		relaxedMax && p.maxUnavailable == nil && p.minAvailable != nil
 	switch {
 	case relaxed && (len(blockers) > 0 || len(downNames) == 0 || in.excluded):
 		w := &pdbWrite{}
-		note := "restored "
-		if relaxedMin {
+		var note string
+		switch {
+		case switched && relaxedMin:
+			note = "kept maxUnavailable " + p.maxUnavailable.String() + ", to which it was switched during the downtime (minAvailable " + origMin + " is not restored)"
+		case switched:
+			note = "kept minAvailable " + p.minAvailable.String() + ", to which it was switched during the downtime (maxUnavailable " + origMax + " is not restored)"
+		case relaxedMin:
 			v := intstr.Parse(origMin)
-			w.minAvailable, note = &v, note+"minAvailable "+origMin
-		} else {
+			w.minAvailable, note = &v, "restored minAvailable "+origMin
+		default:
 			v := intstr.Parse(origMax)
-			w.maxUnavailable, note = &v, note+"maxUnavailable "+origMax
+			w.maxUnavailable, note = &v, "restored maxUnavailable "+origMax
 		}
 		why := "the workloads whose pods it selects are no longer all scaled down"
 		switch {
@@ -211,9 +221,13 @@ func decidePDB(in pdbInputs) (state, *pdbWrite, []eventSpec) {
 		return stateUp, w, []eventSpec{{reason: ReasonScaleUp, action: "Scale", note: note + ": " + why}}
 	case relaxed:
 		if p.annotations[AnnotationNextTransition] != next {
-			// The workloads' schedule changed: keep the record current.
-			w := &pdbWrite{minAvailable: p.minAvailable, maxUnavailable: p.maxUnavailable, next: next,
-				original: keepAnnotations(p.annotations, AnnotationOriginalMinAvailable, AnnotationOriginalMaxUnavailable)}
+			// The workloads' schedule changed: keep the record current, and the relaxed
+			// field with it, unless the budget was switched to the other one, which is
+			// not the operator's to apply.
+			w := &pdbWrite{next: next, original: keepAnnotations(p.annotations, AnnotationOriginalMinAvailable, AnnotationOriginalMaxUnavailable)}
+			if !switched {
+				w.minAvailable, w.maxUnavailable = p.minAvailable, p.maxUnavailable
+			}
 			return stateDown, w, nil
 		}
 		return stateDown, nil, nil
@@ -348,19 +362,20 @@ func relaxes(w *pdbWrite) bool { return w != nil && w.relax }
 // from reader: the scaling cache, or the API server before a budget is relaxed.
 func (r *pdbReconciler) gather(ctx context.Context, reader client.Reader, pdb *policyv1.PodDisruptionBudget) (pdbInputs, error) {
 	ns := &corev1.Namespace{}
-	if err := r.s.cache.Get(ctx, types.NamespacedName{Name: pdb.Namespace}, ns); err != nil && !apierrors.IsNotFound(err) {
-		return pdbInputs{}, fmt.Errorf("get namespace: %w", err)
+	if err := r.s.cache.Get(ctx, types.NamespacedName{Name: pdb.Namespace}, ns); err != nil {
+		// As for workloads: nothing is decided in a Namespace that cannot be read.
+		return pdbInputs{}, fmt.Errorf("read namespace %s: %w", pdb.Namespace, err)
 	}
 	in := pdbInputs{
 		pdb: pdbView{minAvailable: pdb.Spec.MinAvailable, maxUnavailable: pdb.Spec.MaxUnavailable,
 			annotations: pdb.Annotations, controller: metav1.GetControllerOf(pdb)},
-		excluded: r.s.policy.excluded(ns.Name, ns.Labels),
+		excluded: r.s.policy.excluded(pdb.Namespace, ns.Labels),
 		dryRun:   r.s.policy.dryRun,
 	}
 	// The budget's own exclude and dry-run annotations (or its namespace's) apply to it.
 	now := r.s.opts.Clock.Now()
 	cfg, err := resolve([]layer{{annotations: pdb.Annotations}, {source: "namespace " + pdb.Namespace, annotations: ns.Annotations}},
-		r.s.gather.scheduleDefaults(ctx, pdb.Namespace), true, now)
+		r.s.gather.scheduleDefaults(ctx, ns), true, now)
 	if err == nil {
 		in.excluded = in.excluded || cfg.excluded(now)
 		in.dryRun = in.dryRun || cfg.dryRun
@@ -502,10 +517,13 @@ func (r *pdbReconciler) write(ctx context.Context, pdb *policyv1.PodDisruptionBu
 	if w.maxUnavailable != nil {
 		spec.WithMaxUnavailable(*w.maxUnavailable)
 	}
+	annotations := w.annotationsFor()
 	ac := policyv1ac.PodDisruptionBudget(pdb.Name, pdb.Namespace).
 		WithUID(pdb.UID).WithResourceVersion(pdb.ResourceVersion).
-		WithAnnotations(w.annotationsFor()).WithSpec(spec)
-	return apply(ctx, r.s.mgr.GetClient(), "PodDisruptionBudget", ac)
+		WithAnnotations(annotations).WithSpec(spec)
+	return applyEnding(ctx, r.s.mgr.GetClient(), "PodDisruptionBudget", ac, ac.ObjectMetaApplyConfiguration,
+		policyv1.SchemeGroupVersion.WithKind(pdbKindName), pdb,
+		ended(pdb.Annotations, annotations, AnnotationOriginalMinAvailable, AnnotationOriginalMaxUnavailable, AnnotationNextTransition))
 }
 
 // budgetsSelecting maps a workload (by its pod template's labels) or a pod (by its own)

@@ -38,6 +38,9 @@ var _ = Describe("Scheduled scaling policy", func() {
 		})
 		own := newNamespace(map[string]string{scaling.AnnotationUptime: "always"})
 		web := newDeployment(plain, "web", 3, nil)
+		// A downtime count of 1 goes through the autoscaler of an autoscaled workload.
+		api := newDeployment(plain, "api", 4, nil)
+		hpa := newHPA(plain, "api", "api", 3)
 		kept := newDeployment(byName, "web", 3, nil)
 		prod := newDeployment(byLabel, "web", 3, nil)
 		alwaysUp := newDeployment(own, "web", 3, nil)
@@ -54,17 +57,21 @@ var _ = Describe("Scheduled scaling policy", func() {
 		clock.JumpTo(berlinDay(friday, 0, 18, 0))
 		Eventually(replicas(web)).Should(BeEquivalentTo(1))
 		Expect(annotation(web, scaling.AnnotationNextTransition)(Default)).To(Equal(utc(berlinDay(friday, 3, 8, 0))))
+		Eventually(minReplicas(hpa)).Should(BeEquivalentTo(1))
+		Expect(replicas(api)(Default)).To(BeEquivalentTo(4))
 		Consistently(func(g Gomega) []int32 {
 			return []int32{replicas(kept)(g), replicas(prod)(g), replicas(alwaysUp)(g), replicas(system)(g)}
 		}).WithTimeout(3*time.Second).Should(Equal([]int32{3, 3, 3, 2}),
 			"excluded by name, by label and kube-system are left alone; a namespace's own schedule wins over the defaults")
 
-		By("restoring what was scaled once its namespace is excluded")
+		By("restoring what was scaled, and the autoscaler it lowered, once its namespace is excluded")
 		update(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: plain}}, func(o client.Object) {
 			o.SetLabels(map[string]string{"environment": "production"})
 		})
 		Eventually(replicas(web)).Should(BeEquivalentTo(3))
 		Expect(annotation(web, scaling.AnnotationOriginalReplicas)(Default)).To(BeEmpty())
+		Eventually(minReplicas(hpa)).Should(BeEquivalentTo(3))
+		Expect(annotation(hpa, scaling.AnnotationOriginalMinReplicas)(Default)).To(BeEmpty())
 	})
 
 	It("follows force-downtime and force-uptime, on the workload and from its namespace", func() {
@@ -114,8 +121,10 @@ var _ = Describe("Scheduled scaling policy", func() {
 	It("writes nothing for a workload or namespace in dry-run, of any kind, and says what it would do", func() {
 		ns := newNamespace(map[string]string{scaling.AnnotationDryRun: "true", scaling.AnnotationDowntime: "always"})
 		web := newDeployment(ns, "web", 3, nil)
+		// A CronJob takes no schedule from its namespace (it is not among the default
+		// scaling kinds), but the namespace's dry-run reaches it.
 		cron := &batchv1.CronJob{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly", Annotations: map[string]string{scaling.AnnotationDowntime: "always"}},
 			Spec: batchv1.CronJobSpec{Schedule: "0 3 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{
 				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: podTemplate("nightly").Spec.Containers}},
 			}}},

@@ -210,18 +210,18 @@ func (s *scaler) kedaActive() bool {
 
 // findTarget reads the workload a ScaledObject scales from the cache, if its kind is
 // scaled.
-func (s *scaler) findTarget(ctx context.Context, reader client.Reader, namespace string, ref scaleTarget) (client.Object, bool) {
+func (s *scaler) findTarget(ctx context.Context, reader client.Reader, namespace string, ref scaleTarget) (client.Object, *kind, bool) {
 	s.mu.Lock()
 	kc := s.controllers[ref.groupKind()]
 	s.mu.Unlock()
 	if kc == nil {
-		return nil, false
+		return nil, nil, false
 	}
 	obj := kc.kind.newObject()
 	if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.name}, obj); err != nil {
-		return nil, false
+		return nil, nil, false
 	}
-	return obj, true
+	return obj, kc.kind, true
 }
 
 // discover sets up the kinds named in --scaling-resources that the API server serves,

@@ -16,6 +16,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,8 +65,12 @@ type Options struct {
 	// every workload that neither it nor its Namespace schedules.
 	DefaultUptime, DefaultDowntime string
 	DefaultDowntimeReplicas        int
-	// ExcludeNamespaces are kept out of scheduled scaling by name; nil means kube-system
-	// and the operator's own namespace.
+	// DefaultKinds are the kinds, as <plural>.<group>, that Namespace annotations and
+	// the operator's defaults schedule; nil means DefaultScalingKinds. Objects of other
+	// kinds are scheduled by their own annotations only.
+	DefaultKinds []string
+	// ExcludeNamespaces are kept out of scheduled scaling, by name or shell pattern
+	// (kube-*); nil means DefaultExcludeNamespaces of the operator's own namespace.
 	ExcludeNamespaces []string
 	// ExcludeNamespaceSelector keeps Namespaces whose labels it matches out of scheduled
 	// scaling; empty matches none.
@@ -80,6 +86,23 @@ type Options struct {
 	// real clock. Tests inject one they can move.
 	Clock clock.WithTicker
 }
+
+// DefaultScalingKinds are the kinds Namespace annotations and the operator's defaults
+// schedule unless --default-scaling-kinds says otherwise: what a platform team means
+// when it turns on --default-uptime. DaemonSets (node agents), Jobs, CronJobs and kinds
+// scaled through /scale are scheduled by their own annotations.
+var DefaultScalingKinds = []string{"deployments.apps", "statefulsets.apps"}
+
+// LabelScaling on a Namespace, with the value ScalingDisabled, keeps it out of scheduled
+// scaling, whatever the flags say.
+const (
+	LabelScaling    = annotationPrefix + "scaling"
+	ScalingDisabled = "disabled"
+)
+
+// criticalPriorityClasses are the priority classes of the pods that keep nodes and the
+// cluster running: a workload whose pods run at one is never scaled.
+var criticalPriorityClasses = []string{"system-node-critical", "system-cluster-critical"}
 
 // DefaultResources are the kinds scaled unless --scaling-resources says otherwise.
 var DefaultResources = []string{
@@ -105,10 +128,16 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"Downtime schedule of every workload that neither it nor its namespace schedules; empty: none.")
 	fs.IntVar(&o.DefaultDowntimeReplicas, "default-downtime-replicas", 0,
 		"Replicas during the downtime of --default-uptime/--default-downtime.")
-	o.ExcludeNamespaces = defaultExcludeNamespaces()
+	o.DefaultKinds = DefaultScalingKinds
+	fs.Func("default-scaling-kinds",
+		"Comma-separated kinds, as <plural>.<group>, of those --scaling-resources names, that Namespace annotations and --default-uptime/--default-downtime schedule (default \""+
+			strings.Join(DefaultScalingKinds, ",")+"\"); objects of other kinds are scheduled by their own annotations only.",
+		func(v string) error { o.DefaultKinds = splitList(v); return nil })
+	o.ExcludeNamespaces = DefaultExcludeNamespaces(ownNamespace())
 	fs.Func("scaling-exclude-namespaces",
-		"Comma-separated namespaces kept out of scheduled scaling, annotations and defaults alike (default kube-system and the operator's own namespace: \""+
-			strings.Join(o.ExcludeNamespaces, ",")+"\").",
+		"Comma-separated namespaces kept out of scheduled scaling, annotations and defaults alike, by name or shell pattern such as kube-*; "+
+			"replaces the default list of the cluster's and the platform's own namespaces and the operator's (\""+
+			strings.Join(o.ExcludeNamespaces, ",")+"\"). A Namespace labelled "+LabelScaling+"="+ScalingDisabled+" is always kept out.",
 		func(v string) error { o.ExcludeNamespaces = splitList(v); return nil })
 	fs.StringVar(&o.ExcludeNamespaceSelector, "scaling-exclude-namespace-selector", "",
 		"Label selector of namespaces kept out of scheduled scaling (e.g. \"environment=production\"); empty selects none.")
@@ -123,11 +152,15 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		func(v string) error { o.Resources = splitList(v); return nil })
 }
 
-// defaultExcludeNamespaces are kube-system and the operator's own namespace: scaling the
-// operator down would leave nothing to scale it back up.
-func defaultExcludeNamespaces() []string {
-	out := []string{"kube-system"}
-	if own := ownNamespace(); own != "" {
+// DefaultExcludeNamespaces are the namespaces kept out of scheduled scaling unless
+// --scaling-exclude-namespaces replaces them: Kubernetes' and OpenShift's own, those the
+// platform's controllers usually run in (OLM, cert-manager, monitoring, ingress, CNI),
+// and own, the operator's (scaling the operator down would leave nothing to scale it
+// back up).
+func DefaultExcludeNamespaces(own string) []string {
+	out := []string{"kube-*", "openshift-*", "olm", "operators", "cert-manager", "monitoring", "prometheus",
+		"ingress-nginx", "istio-system", "calico-system", "calico-apiserver", "tigera-operator", "cilium"}
+	if own != "" && !slices.Contains(out, own) {
 		out = append(out, own)
 	}
 	return out
@@ -160,23 +193,28 @@ func splitList(v string) []string {
 type policy struct {
 	scheduleDefaults schedule.Defaults
 	// defaults is the operator's default schedule group; empty if none.
-	defaults        map[string]string
+	defaults map[string]string
+	// defaultKinds are the resources Namespace annotations and defaults schedule.
+	defaultKinds    map[string]bool
 	grace           time.Duration
 	dryRun          bool
-	excludeNames    map[string]bool
+	excludePatterns []string
 	excludeSelector labels.Selector
 }
 
 // newPolicy validates the flags by parsing what they give.
 func (o *Options) newPolicy() (*policy, error) {
 	if o.ExcludeNamespaces == nil {
-		o.ExcludeNamespaces = defaultExcludeNamespaces()
+		o.ExcludeNamespaces = DefaultExcludeNamespaces(ownNamespace())
+	}
+	if o.DefaultKinds == nil {
+		o.DefaultKinds = DefaultScalingKinds
 	}
 	p := &policy{
 		scheduleDefaults: schedule.Defaults{TimeZone: o.TimeZone, Weekdays: o.Weekdays},
 		grace:            o.GracePeriod,
 		dryRun:           o.DryRun,
-		excludeNames:     map[string]bool{},
+		defaultKinds:     map[string]bool{},
 		excludeSelector:  labels.Nothing(),
 	}
 	if o.TimeZone != "" {
@@ -215,7 +253,15 @@ func (o *Options) newPolicy() (*policy, error) {
 		return nil, errors.New("--default-downtime-replicas needs --default-uptime or --default-downtime")
 	}
 	for _, n := range o.ExcludeNamespaces {
-		p.excludeNames[n] = true
+		if _, err := path.Match(n, ""); err != nil {
+			return nil, fmt.Errorf("--scaling-exclude-namespaces: %q: %w", n, err)
+		}
+		p.excludePatterns = append(p.excludePatterns, n)
+	}
+	// A kind named here but not in --scaling-resources is not scaled at all, so naming
+	// it changes nothing.
+	for _, r := range o.DefaultKinds {
+		p.defaultKinds[r] = true
 	}
 	if o.ExcludeNamespaceSelector != "" {
 		sel, err := labels.Parse(o.ExcludeNamespaceSelector)
@@ -227,9 +273,18 @@ func (o *Options) newPolicy() (*policy, error) {
 	return p, nil
 }
 
-// excluded reports whether the flags keep a Namespace out of scheduled scaling.
+// excluded reports whether a Namespace is kept out of scheduled scaling: by its label,
+// or by the flags.
 func (p *policy) excluded(name string, nsLabels map[string]string) bool {
-	return p.excludeNames[name] || p.excludeSelector.Matches(labels.Set(nsLabels))
+	if nsLabels[LabelScaling] == ScalingDisabled || p.excludeSelector.Matches(labels.Set(nsLabels)) {
+		return true
+	}
+	for _, pattern := range p.excludePatterns {
+		if ok, _ := path.Match(pattern, name); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // SetupWithManager registers a controller for every kind named in o.Resources that the

@@ -128,10 +128,11 @@ func (s *scaler) gatherer() *gatherer {
 		now: s.opts.Clock.Now, keda: s.kedaActive}
 }
 
-// scheduleDefaults are the policy's defaults with the calendars of a namespace.
-func (g *gatherer) scheduleDefaults(ctx context.Context, namespace string) schedule.Defaults {
+// scheduleDefaults are the policy's defaults with the calendars the schedules of
+// objects in namespace ns see.
+func (g *gatherer) scheduleDefaults(ctx context.Context, ns *corev1.Namespace) schedule.Defaults {
 	d := g.policy.scheduleDefaults
-	d.Calendars = g.calendars.In(ctx, namespace)
+	d.Calendars = g.calendars.In(ctx, ns.Name, ShadowCalendars(ns))
 	return d
 }
 
@@ -140,33 +141,46 @@ func (g *gatherer) scheduleDefaults(ctx context.Context, namespace string) sched
 func (g *gatherer) gather(ctx context.Context, k *kind, obj client.Object) (inputs, error) {
 	p, reader := g.policy, g.reader
 	ns := &corev1.Namespace{}
-	if err := reader.Get(ctx, types.NamespacedName{Name: obj.GetNamespace()}, ns); err != nil && !apierrors.IsNotFound(err) {
-		return inputs{}, fmt.Errorf("get namespace: %w", err)
+	if err := reader.Get(ctx, types.NamespacedName{Name: obj.GetNamespace()}, ns); err != nil {
+		// A Namespace the cache does not hold yet (one just created) may be excluded by
+		// its name or its labels: nothing is decided until it can be read.
+		return inputs{}, fmt.Errorf("read namespace %s: %w", obj.GetNamespace(), err)
 	}
-	excluded := p.excluded(ns.Name, ns.Labels)
+	excluded := p.excluded(obj.GetNamespace(), ns.Labels)
+	scoped := p.defaultKinds[k.resource]
 	var layers []layer
 	if k.extraLayer != nil {
 		if l, ok := k.extraLayer(ctx, reader, obj); ok {
 			layers = append(layers, l)
+			// A ScaledObject pauses the workload it scales: the Namespace's schedule and
+			// the operator's defaults reach it as they reach that workload.
+			scoped = scoped || p.defaultKinds[l.resource]
 		}
 	}
-	layers = append(layers, layer{source: "namespace " + obj.GetNamespace(), annotations: ns.Annotations})
-	if p.defaults != nil && !excluded {
+	nsAnnotations := ns.Annotations
+	if !scoped {
+		// Of the Namespace's annotations, only those that scale nothing down reach
+		// the kinds the defaults do not schedule.
+		nsAnnotations = pickKeys(ns.Annotations, exclusionGroup, dryRunGroup, graceGroup)
+	}
+	layers = append(layers, layer{source: "namespace " + obj.GetNamespace(), annotations: nsAnnotations})
+	if scoped && p.defaults != nil && !excluded {
 		layers = append(layers, layer{source: "the operator's defaults", annotations: p.defaults})
 	}
 	in := inputs{
 		now:  g.now(),
 		kind: k.traits,
 		workload: workloadView{
-			annotations: obj.GetAnnotations(),
-			created:     obj.GetCreationTimestamp().Time,
-			controller:  metav1.GetControllerOf(obj),
-			podRequests: templateRequests(obj),
+			annotations:   obj.GetAnnotations(),
+			created:       obj.GetCreationTimestamp().Time,
+			controller:    metav1.GetControllerOf(obj),
+			podRequests:   templateRequests(obj),
+			priorityClass: priorityClassOf(obj),
 		},
 		layers:            layers,
 		levelField:        strings.Join(k.levelField, "."),
 		namespaceExcluded: excluded,
-		defaults:          g.scheduleDefaults(ctx, obj.GetNamespace()),
+		defaults:          g.scheduleDefaults(ctx, ns),
 		grace:             p.grace,
 		dryRun:            p.dryRun,
 	}
@@ -227,11 +241,15 @@ func (r *reconciler) writeAutoscaler(ctx context.Context, obj client.Object, h *
 	if h == nil {
 		return nil
 	}
+	annotations := h.annotationsFor()
 	ac := autoscalingv2ac.HorizontalPodAutoscaler(h.name, obj.GetNamespace()).
 		WithUID(h.uid).WithResourceVersion(h.resourceVersion).
-		WithAnnotations(h.annotationsFor()).
+		WithAnnotations(annotations).
 		WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().WithMinReplicas(h.minReplicas))
-	return apply(ctx, r.s.mgr.GetClient(), fmt.Sprintf("minReplicas %d to autoscaler %s", h.minReplicas, h.name), ac)
+	hpa := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: h.name}}
+	return applyEnding(ctx, r.s.mgr.GetClient(), fmt.Sprintf("minReplicas %d to autoscaler %s", h.minReplicas, h.name), ac, ac.ObjectMetaApplyConfiguration,
+		autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler"), hpa,
+		ended(h.annotations, annotations, AnnotationOriginalMinReplicas, AnnotationNextTransition))
 }
 
 // emit logs the decision's events and records them on the object.

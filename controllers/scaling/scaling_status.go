@@ -2,6 +2,7 @@ package scaling
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,9 @@ const (
 	// not relaxed, because another is not, or because it also selects pods of something
 	// the operator did not scale down.
 	ReasonBudgetKept = "BudgetKept"
+	// ReasonSystemCritical: the workload's pods run at system-node-critical or
+	// system-cluster-critical priority, and it is never scaled.
+	ReasonSystemCritical = "SystemCritical"
 )
 
 // Scale actions, for the metrics.
@@ -95,6 +99,8 @@ type workloadView struct {
 	// maxReplicas caps the level a restore writes, for an autoscaler scheduled in its own
 	// right (its level is minReplicas); 0 for other kinds.
 	maxReplicas int32
+	// priorityClass is the priority class of its pods, from its pod template.
+	priorityClass string
 }
 
 // hpaView is what a decision needs to know about a HorizontalPodAutoscaler that
@@ -194,9 +200,11 @@ type hpaWrite struct {
 	name            string
 	uid             types.UID
 	resourceVersion string
-	minReplicas     int32
-	originalMin     *int32
-	next            time.Time
+	// annotations are the autoscaler's as the decision read them.
+	annotations map[string]string
+	minReplicas int32
+	originalMin *int32
+	next        time.Time
 }
 
 type eventSpec struct {
@@ -250,21 +258,27 @@ func decideState(in inputs) decision {
 			note: fmt.Sprintf("not scaled: controlled by %s %s, which sets its replicas; schedule that instead", owner.Kind, owner.Name),
 		}}}
 	}
+	// Wherever the operator stops scheduling an object, it gives back what it holds: the
+	// saved count (if it can read it) and the minReplicas of an autoscaler it lowered.
+	hasSaved = hasSaved && savedErr == nil
+	_, lowered, _ := autoscaler(in.hpas)
 	if in.delegate != "" {
 		d := decision{state: stateDelegated, events: []eventSpec{{
 			reason: ReasonScaledThroughAutoscaler, action: "Skip",
 			note: fmt.Sprintf("scaled through KEDA ScaledObject %s, which the schedule pauses (autoscaling.keda.sh/paused-replicas); the replicas are KEDA's", in.delegate),
 		}}}
-		if savedErr == nil {
-			restore(&d, in.kind, w, saved, hasSaved, nil, time.Time{}, "KEDA ScaledObject "+in.delegate+" scales it now")
-		}
+		restore(&d, in.kind, w, saved, hasSaved, lowered, time.Time{}, "KEDA ScaledObject "+in.delegate+" scales it now")
 		return d
 	}
 	if in.namespaceExcluded {
 		d := decision{state: stateExcluded}
-		if savedErr == nil {
-			restore(&d, in.kind, w, saved, hasSaved, nil, time.Time{}, "its namespace is excluded from scheduled scaling")
-		}
+		restore(&d, in.kind, w, saved, hasSaved, lowered, time.Time{}, "its namespace is excluded from scheduled scaling")
+		return d
+	}
+	if slices.Contains(criticalPriorityClasses, w.priorityClass) {
+		why := "its pods run at priority class " + w.priorityClass + ", which keeps nodes and the cluster running"
+		d := decision{state: stateExcluded, events: []eventSpec{{reason: ReasonSystemCritical, action: "Skip", note: "never scaled: " + why}}}
+		restore(&d, in.kind, w, saved, hasSaved, lowered, time.Time{}, why)
 		return d
 	}
 	cfg, err := resolve(in.allLayers(), in.defaults, in.kind.ownScheduleOnly, in.now)
@@ -272,9 +286,14 @@ func decideState(in inputs) decision {
 		err = savedErr
 	}
 	if err != nil {
-		return decision{state: stateInvalid, events: []eventSpec{{
+		// A schedule that cannot be read (a calendar deleted or broken since, a typo)
+		// counts as none: what the operator scaled down comes back, and nothing is
+		// scaled down on it.
+		d := decision{state: stateInvalid, events: []eventSpec{{
 			warning: true, reason: ReasonInvalidSchedule, action: "Validate", note: "not scaled: " + err.Error(),
 		}}}
+		restore(&d, in.kind, w, saved, hasSaved, lowered, time.Time{}, "its schedule cannot be read, which counts as no schedule")
+		return d
 	}
 	var warnings []eventSpec
 	if len(cfg.warnings) > 0 {
@@ -374,7 +393,8 @@ func downtime(in inputs, cfg config, grace time.Duration, next time.Time, saved 
 		}
 		if hpa != nil && hpa.minReplicas > target {
 			original := hpa.minReplicas
-			d.hpa = &hpaWrite{name: hpa.name, uid: hpa.uid, resourceVersion: hpa.resourceVersion, minReplicas: target, originalMin: &original, next: next}
+			d.hpa = &hpaWrite{name: hpa.name, uid: hpa.uid, resourceVersion: hpa.resourceVersion, annotations: hpa.annotations,
+				minReplicas: target, originalMin: &original, next: next}
 			d.actions = append(d.actions, actionHPALower)
 			d.events = append(d.events, eventSpec{reason: ReasonScaleDown, action: "Scale", note: fmt.Sprintf(
 				"lowered minReplicas of HorizontalPodAutoscaler %s from %d to %d for the downtime%s",
@@ -480,7 +500,8 @@ func restore(d *decision, k traits, w workloadView, count int32, hasSaved bool, 
 	if hpa != nil {
 		original, _, _ := savedCount(hpa.annotations, AnnotationOriginalMinReplicas)
 		restored, note := capMinReplicas(original, hpa.maxReplicas)
-		d.hpa = &hpaWrite{name: hpa.name, uid: hpa.uid, resourceVersion: hpa.resourceVersion, minReplicas: restored, next: next}
+		d.hpa = &hpaWrite{name: hpa.name, uid: hpa.uid, resourceVersion: hpa.resourceVersion, annotations: hpa.annotations,
+			minReplicas: restored, next: next}
 		d.actions = append(d.actions, actionHPARestore)
 		d.events = append(d.events, eventSpec{reason: ReasonScaleUp, action: "Scale", note: fmt.Sprintf(
 			"restored minReplicas %s of HorizontalPodAutoscaler %s: %s", note, hpa.name, why)})

@@ -100,9 +100,9 @@ func slimDiscovered(obj any) (any, error) {
 }
 
 // relevantNamespace reports whether a Namespace's annotations or the operator's
-// defaults give schedules to what is in it.
-func relevantNamespace(ns *corev1.Namespace, p *policy) bool {
-	if p.excluded(ns.Name, ns.Labels) {
+// defaults give schedules to what of kind k is in it.
+func relevantNamespace(ns *corev1.Namespace, p *policy, k *kind) bool {
+	if p.excluded(ns.Name, ns.Labels) || !p.defaultKinds[k.resource] {
 		return false
 	}
 	return namespaceInScope(ns.Annotations) || p.defaults != nil
@@ -124,8 +124,11 @@ func objectPredicate(k *kind, s *scaler) predicate.TypedFuncs[client.Object] {
 			return true
 		}
 		ns := &corev1.Namespace{}
-		err := s.cache.Get(context.Background(), types.NamespacedName{Name: o.GetNamespace()}, ns)
-		return err == nil && relevantNamespace(ns, s.policy)
+		if err := s.cache.Get(context.Background(), types.NamespacedName{Name: o.GetNamespace()}, ns); err != nil {
+			// A Namespace the cache does not hold yet: the reconcile waits for it.
+			return true
+		}
+		return relevantNamespace(ns, s.policy, k)
 	}
 	return predicate.TypedFuncs[client.Object]{
 		CreateFunc: func(e event.TypedCreateEvent[client.Object]) bool { return relevant(e.Object) },
@@ -161,11 +164,15 @@ func namespaceHandler(k *kind, reader client.Reader) handler.TypedEventHandler[c
 	})
 }
 
-// namespacePredicate passes Namespaces whose scheduling annotations or labels changed.
+// namespaceKeys are the annotations of a Namespace that decisions read.
+var namespaceKeys = append(slices.Clone(userKeys), AnnotationShadowCalendars)
+
+// namespacePredicate passes Namespaces whose scheduling annotations (the calendars
+// they let shadow the shared ones included) or labels changed.
 func namespacePredicate() predicate.TypedFuncs[client.Object] {
 	scheduling := func(o client.Object) map[string]string {
 		out := map[string]string{}
-		for _, k := range userKeys {
+		for _, k := range namespaceKeys {
 			if v, ok := o.GetAnnotations()[k]; ok {
 				out[k] = v
 			}

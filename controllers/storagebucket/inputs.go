@@ -71,53 +71,39 @@ type refReader struct {
 	// StorageBucket uses any more is dropped.
 	usedBy map[types.UID][]refKey
 	users  map[refKey]map[types.UID]types.NamespacedName
-	// versions counts the changes seen of each object some StorageBucket uses (changed):
-	// inputs read while the counts of their objects stay the same can be used again.
-	// Changes of objects nobody uses (most of the cluster's ConfigMaps) are only counted
-	// in unusedChanges, so the map holds no more than users does.
-	versions      map[refKey]uint64
-	unusedChanges uint64
 }
 
-// changed records that an informer saw the object change (created, updated, deleted),
-// before the StorageBuckets that use it are made due.
-func (r *refReader) changed(key refKey) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.users[key]) == 0 {
-		r.unusedChanges++
-		return
-	}
-	if r.versions == nil {
-		r.versions = map[refKey]uint64{}
-	}
-	r.versions[key]++
-}
+// refVersions are the resourceVersions of a StorageBucket's referenced objects as the
+// informers hold them ("" for one they do not hold).
+type refVersions struct{ ca, secret string }
 
-// unusedChangeCount returns how many changes of objects nobody used were seen: one
-// during a pass's read may be of an object the pass is about to start using.
-func (r *refReader) unusedChangeCount() uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.unusedChanges
-}
-
-// refVersions are the change counts of a StorageBucket's referenced objects.
-type refVersions struct{ ca, secret uint64 }
-
-// versionsOf returns the change counts of the objects sb references.
-func (r *refReader) versionsOf(sb *phalanksv1beta1.StorageBucket) refVersions {
+// versionsOf returns the resourceVersions of the objects sb references, from the
+// informers only: a cache read per reference, which the pass's read makes anyway.
+func (r *refReader) versionsOf(ctx context.Context, sb *phalanksv1beta1.StorageBucket) refVersions {
 	var v refVersions
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if sb.Spec.CABundle != nil {
 		_, name, kind := caRef(sb)
-		v.ca = r.versions[refKey{kind: kind, NamespacedName: types.NamespacedName{Namespace: sb.Namespace, Name: name}}]
+		v.ca = r.cachedVersion(ctx, refKey{kind: kind, NamespacedName: types.NamespacedName{Namespace: sb.Namespace, Name: name}})
 	}
 	if ref := sb.Spec.CredentialsSecretRef; ref != nil {
-		v.secret = r.versions[refKey{kind: kindSecret, NamespacedName: types.NamespacedName{Namespace: sb.Namespace, Name: ref.Name}}]
+		v.secret = r.cachedVersion(ctx, refKey{kind: kindSecret, NamespacedName: types.NamespacedName{Namespace: sb.Namespace, Name: ref.Name}})
 	}
 	return v
+}
+
+// cachedVersion returns the resourceVersion the informer holds of an object, or "".
+func (r *refReader) cachedVersion(ctx context.Context, key refKey) string {
+	meta := metadataShells.Get().(*metav1.PartialObjectMetadata)
+	defer releaseMetadata(meta)
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(key.kind))
+	informer := r.configMaps
+	if key.kind == kindSecret {
+		informer = r.secrets
+	}
+	if err := informer.Get(ctx, key.NamespacedName, meta, client.UnsafeDisableDeepCopy); err != nil {
+		return ""
+	}
+	return meta.ResourceVersion
 }
 
 type refKey struct {
@@ -347,7 +333,6 @@ func (r *refReader) leaveLocked(uid types.UID, left, kept []refKey) {
 		if len(r.users[k]) == 0 {
 			delete(r.users, k)
 			delete(r.data, k)
-			delete(r.versions, k)
 		}
 	}
 }
@@ -369,7 +354,7 @@ const (
 )
 
 // inputsKey is what a pass's inputs were read from: the StorageBucket's version and the
-// change counts of the objects it references.
+// versions of the objects it references, as the informers held them before the read.
 type inputsKey struct {
 	resourceVersion string
 	refs            refVersions
@@ -379,20 +364,23 @@ type inputsKey struct {
 // when they were usable and neither the StorageBucket nor an object it references has
 // changed since (every scheduled probe of a healthy bucket), or else loadInputs'.
 // Unusable inputs are read again every pass, as a missing Secret may appear without
-// an event of the informer (one without the label). So are inputs read while an object
-// nobody used changed: it may be one of theirs, whose change was not counted because
-// this read had not yet recorded its use.
+// an event of the informer (one without the label).
 func (r *Reconciler) inputsFor(ctx context.Context, sb *phalanksv1beta1.StorageBucket, st *bucketState) (inputs, error) {
-	unused := r.refs.unusedChangeCount()
-	key := inputsKey{resourceVersion: sb.ResourceVersion, refs: r.refs.versionsOf(sb)}
+	key := inputsKey{resourceVersion: sb.ResourceVersion, refs: r.refs.versionsOf(ctx, sb)}
 	if st != nil && st.inputs.read == key && st.inputs.key != "" && st.inputs.failure == nil && st.inputs.grandfathered == "" {
 		return st.inputs, nil
 	}
 	in, err := r.loadInputs(ctx, sb, false)
-	if r.refs.unusedChangeCount() == unused {
-		in.read = key // else the zero key, which no StorageBucket's version matches
-	}
+	in.read = key
 	return in, err
+}
+
+// inputsChanged reports whether an object the inputs were read from changed since: the
+// change may have come after the read, and before this pass made the StorageBucket one
+// of the object's users (its first pass) or scheduled its next probe over the one the
+// change asked for.
+func (r *Reconciler) inputsChanged(ctx context.Context, sb *phalanksv1beta1.StorageBucket, in inputs) bool {
+	return r.refs.versionsOf(ctx, sb) != in.read.refs
 }
 
 // loadInputs reads the credentials and CA bundle a StorageBucket references. Problems

@@ -1,33 +1,28 @@
 package storagebucket
 
 import (
-	"fmt"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// A cluster's ConfigMaps come and go (every new namespace brings one); the change
-// counts must not keep an entry for each object that ever changed.
-func TestRefReaderCountsChangesOnlyOfObjectsInUse(t *testing.T) {
+// The data of a referenced object is kept while some StorageBucket uses it, and goes
+// with its last user.
+func TestRefReaderDropsDataWithItsLastUser(t *testing.T) {
 	r := &refReader{}
-	used := refKey{kind: kindSecret, NamespacedName: types.NamespacedName{Namespace: "ns", Name: "creds"}}
-	bucket := bucketRef{UID: "uid-1", Key: types.NamespacedName{Namespace: "ns", Name: "sb"}}
-	r.use(bucket, []refKey{used})
+	key := refKey{kind: kindSecret, NamespacedName: types.NamespacedName{Namespace: "ns", Name: "creds"}}
+	a := bucketRef{UID: "uid-1", Key: types.NamespacedName{Namespace: "ns", Name: "a"}}
+	b := bucketRef{UID: "uid-2", Key: types.NamespacedName{Namespace: "ns", Name: "b"}}
+	r.use(a, []refKey{key})
+	r.use(b, []refKey{key})
+	r.data = map[refKey]refData{key: {resourceVersion: "1"}}
 
-	for i := range 1000 {
-		r.changed(refKey{kind: kindConfigMap, NamespacedName: types.NamespacedName{Namespace: fmt.Sprintf("ns-%d", i), Name: "kube-root-ca.crt"}})
+	r.release(a.UID)
+	if len(r.usersOf(key)) != 1 || len(r.data) != 1 {
+		t.Fatalf("with one user left: users %v, data %v; want both kept", r.usersOf(key), r.data)
 	}
-	r.changed(used)
-	if len(r.versions) != 1 || r.versions[used] != 1 {
-		t.Fatalf("versions = %v, want only %v counted once", r.versions, used)
-	}
-	if got := r.unusedChangeCount(); got != 1000 {
-		t.Errorf("unusedChangeCount() = %d, want 1000", got)
-	}
-
-	r.release(bucket.UID)
-	if len(r.versions) != 0 || len(r.users) != 0 {
-		t.Errorf("after the last user left: versions %v, users %v, want both empty", r.versions, r.users)
+	r.release(b.UID)
+	if len(r.users) != 0 || len(r.data) != 0 {
+		t.Errorf("after the last user left: users %v, data %v; want both empty", r.users, r.data)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,16 +29,19 @@ import (
 // kept on the elected leader; keeping them there would make the leader watch and hold
 // every StorageBucket again.
 //
-// Three things keep a replica from acting on a bucket it no longer owns:
-//   - every pass runs under a context of its slot that ends when the slot is given up
-//     or the ring ownership lapses, and the ring waits for the passes of a slot it
-//     gives up to end before it lets another replica take it (sharding.Member.Drain),
-//     so two replicas never probe one bucket at once;
-//   - every call that creates, tags or deletes a bucket or its objects is preceded by
-//     an ownership check and a live read of the StorageBucket from the API server,
-//     which must still exist with the same UID and be (or not be) being deleted (the
-//     fence): a replica with a stale cache never re-creates a deleted StorageBucket's
-//     bucket, nor deletes a re-created one's;
+// Four things keep a replica from acting on a bucket it no longer owns:
+//   - every pass runs under the context of its slot, which the ring member makes and
+//     cancels itself when the slot is given up or the ownership lapses, and the member
+//     keeps a slot claimed until its passes ended (sharding.Member.Begin, End), so two
+//     replicas never probe one bucket at once;
+//   - every S3 request a pass sends is guarded: right before it leaves, the member is
+//     asked whether it still holds the slot (sharding.Member.Holds, s3probe.WithGuard),
+//     so none leaves after the ownership lapsed, however late the lapse's timer runs;
+//   - every call that creates, tags or deletes a bucket, or empties it, is preceded by
+//     a live read of the StorageBucket from the API server, which must still exist with
+//     the same UID and be (or not be) being deleted, and an ownership check after that
+//     read (the fence): a replica with a stale cache never re-creates a deleted
+//     StorageBucket's bucket, nor deletes a re-created one's;
 //   - status and finalizer writes check ownership and carry a resourceVersion
 //     precondition.
 
@@ -92,17 +94,8 @@ func (r *Reconciler) setupShard(mgr ctrl.Manager) (<-chan event.TypedGenericEven
 		shardSlots.Set(sharding.Slots)
 		return out, nil
 	}
-	h := &handover{r: r, to: out, wake: make(chan struct{}, 1)}
-	r.work = newShardWork(m)
-	m.OnChange = func(old, owned sharding.Set) {
-		shardSlots.Set(float64(owned.Len()))
-		shardHandovers.Inc()
-		r.work.changed(old, owned)
-		h.note(old, owned)
-	}
-	m.OnLapse = r.work.lapse
-	m.Drain = r.work.drain
-	if err := mgr.Add(h); err != nil {
+	m.WorkContext = workContext(m.Holds)
+	if err := mgr.Add(&handover{r: r, to: out}); err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(m); err != nil {
@@ -111,113 +104,59 @@ func (r *Reconciler) setupShard(mgr ctrl.Manager) (<-chan event.TypedGenericEven
 	return out, nil
 }
 
-// shardWork gives each pass on a StorageBucket a context of its slot, counts the passes
-// running per slot, and waits for those of slots given up to end.
-type shardWork struct {
-	member *sharding.Member
-	mu     sync.Mutex
-	slots  [sharding.Slots]slotWork
-}
-
-type slotWork struct {
-	// ctx ends when the slot is given up or the ownership lapses; cleanup only when
-	// the ownership lapses: a canary is still deleted after a pass was stopped
-	// (drain waits for it), but never by a replica whose ownership lapsed.
-	ctx, cleanup          context.Context
-	cancel, cancelCleanup context.CancelFunc
-	// pass is ctx with cleanup as its probes' cleanup context: the slot's side of every
-	// pass's context (passContext).
-	pass    context.Context
-	running int
-}
-
-func newShardWork(m *sharding.Member) *shardWork {
-	w := &shardWork{member: m}
-	for i := range w.slots {
-		s := &w.slots[i]
-		s.ctx, s.cancel = canceled()
-		s.cleanup, s.cancelCleanup = context.WithCancel(context.Background())
-		s.pass = s3probe.WithCleanupContext(s.ctx, s.cleanup)
-	}
-	return w
-}
-
-func canceled() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx, cancel
-}
-
-// changed ends the passes of slots given up and opens the slots taken.
-func (w *shardWork) changed(old, owned sharding.Set) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for slot := range sharding.Slots {
-		s := &w.slots[slot]
-		switch {
-		case old.Has(slot) && !owned.Has(slot):
-			s.cancel()
-		case owned.Has(slot) && !old.Has(slot):
-			if s.cleanup.Err() != nil {
-				s.cleanup, s.cancelCleanup = context.WithCancel(context.Background())
+// workContext makes the context the passes of a slot run under, when the ring member
+// takes the slot: its canaries are deleted under the slot's cleanup context, and each
+// of its S3 requests is sent only while holds(slot) says the replica still holds the
+// slot.
+func workContext(holds func(slot int) bool) func(slot int, ctx, cleanup context.Context) context.Context {
+	return func(slot int, ctx, cleanup context.Context) context.Context {
+		return s3probe.WithGuard(s3probe.WithCleanupContext(ctx, cleanup), func() error {
+			if !holds(slot) {
+				return errSlotNotHeld
 			}
-			s.ctx, s.cancel = context.WithCancel(s.cleanup)
-			s.pass = s3probe.WithCleanupContext(s.ctx, s.cleanup)
-		}
+			return nil
+		})
 	}
 }
 
-// lapse ends every pass and every cleanup at once: the others may take the slots now.
-func (w *shardWork) lapse() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for slot := range sharding.Slots {
-		w.slots[slot].cancelCleanup()
-	}
-}
+// errSlotNotHeld stops an S3 request of a pass whose slot this replica gave up, or
+// whose ownership lapsed.
+var errSlotNotHeld = errors.New("this replica no longer holds the StorageBucket's shard slot")
 
 // begin starts a pass on the StorageBucket with uid, under the context of its slot
 // merged with ctx (passContext). It returns false when this replica does not own the
 // slot; end(slot) ends a pass that began.
-func (w *shardWork) begin(ctx context.Context, uid types.UID) (context.Context, int, bool) {
-	if w == nil {
+func (r *Reconciler) begin(ctx context.Context, uid types.UID) (context.Context, int, bool) {
+	if r.opts.Shard == nil {
 		return ctx, 0, true
 	}
 	slot := sharding.SlotOf(uid)
-	w.mu.Lock()
-	s := &w.slots[slot]
-	if s.ctx.Err() != nil || !w.member.Owns(slot) {
-		w.mu.Unlock()
+	base, owned := r.opts.Shard.Begin(slot)
+	if !owned {
 		return ctx, slot, false
 	}
-	s.running++
-	base := s.pass
-	w.mu.Unlock()
 	return passContext{Context: base, req: ctx}, slot, true
 }
 
 // end ends a pass that begin started on slot.
-func (w *shardWork) end(slot int) {
-	if w == nil {
-		return
+func (r *Reconciler) end(slot int) {
+	if r.opts.Shard != nil {
+		r.opts.Shard.End(slot)
 	}
-	w.mu.Lock()
-	w.slots[slot].running--
-	w.mu.Unlock()
 }
 
 // passContext is the context of a pass: it ends with its slot (given up, lapsed, or
 // left when the process stops), not with the request's context, and it carries the
 // request's values (its logger, its reconcile ID) besides the slot's.
 //
-// The slot's side is a chain made here from context.Background (slotWork.pass), so it
-// answers only two lookups: the s3probe cleanup context, and the cancelation its
-// contexts register with. Asking it first is what makes a context derived from a pass
-// (the probe's timeout) register with the slot's cancelation directly, under the slot's
-// lock. A context derived from the request's would be registered with the controller's
-// one, which every pass of every worker shares, under one lock; and a cancelable
-// context per pass, tied to the slot with context.AfterFunc, cost five allocations and
-// a map of children on every probe.
+// The slot's side is a chain the ring member made from context.Background when it took
+// the slot (sharding.Member.WorkContext), so it answers only three lookups: the s3probe
+// cleanup context and guard, and the cancelation its contexts register with. Asking it
+// first is what makes a context derived from a pass (the probe's timeout) register with
+// the slot's cancelation directly, under the slot's lock. A context derived from the
+// request's would be registered with the controller's one, which every pass of every
+// worker shares, under one lock; and a cancelable context per pass, tied to the slot
+// with context.AfterFunc, cost five allocations and a map of children on every probe.
 type passContext struct {
 	context.Context // the slot's: Deadline, Done, Err, and its values
 	req             context.Context
@@ -231,72 +170,47 @@ func (c passContext) Value(key any) any {
 	return c.req.Value(key)
 }
 
-// drainPoll is how often drain looks at the running passes.
-const drainPoll = 5 * time.Millisecond
-
-// drain waits until no pass of the slots runs, or ctx ends.
-func (w *shardWork) drain(ctx context.Context, slots sharding.Set) error {
-	for {
-		w.mu.Lock()
-		running := 0
-		for slot := range sharding.Slots {
-			if slots.Has(slot) {
-				running += w.slots[slot].running
-			}
-		}
-		w.mu.Unlock()
-		if running == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%d passes still running: %w", running, ctx.Err())
-		case <-time.After(drainPoll):
-		}
-	}
-}
-
 // handover is the Runnable that acts on slot changes: it forgets the buckets of slots
 // given up and reconciles those of slots taken, through a channel source. It runs on
 // every replica and ends with the manager.
 type handover struct {
 	r  *Reconciler
 	to chan<- event.TypedGenericEvent[*phalanksv1beta1.StorageBucket]
-
-	mu           sync.Mutex
-	lost, gained sharding.Set
-	wake         chan struct{}
 }
 
 // NeedLeaderElection is false: every replica of a ring hands its slots over.
 func (h *handover) NeedLeaderElection() bool { return false }
 
-// note records a change; Start acts on it.
-func (h *handover) note(old, owned sharding.Set) {
-	h.mu.Lock()
-	h.lost |= old &^ owned
-	h.gained |= owned &^ old
-	h.mu.Unlock()
-	select {
-	case h.wake <- struct{}{}:
-	default:
-	}
-}
-
-// Start acts on the changes until ctx ends.
+// Start acts on the changes of the ring member's ownership until ctx ends. A slot given
+// up and taken again between two looks (its term changed) is both: its passes in
+// between found it not owned and forgot its buckets.
 func (h *handover) Start(ctx context.Context) error {
+	var seen sharding.Ownership
 	for {
+		cur := h.r.opts.Shard.Ownership()
+		var lost, gained sharding.Set
+		for slot := range sharding.Slots {
+			was, is, retaken := seen.Slots.Has(slot), cur.Slots.Has(slot), seen.Terms[slot] != cur.Terms[slot]
+			bit := sharding.Set(1) << uint(slot)
+			if was && (!is || retaken) {
+				lost |= bit
+			}
+			if is && (!was || retaken) {
+				gained |= bit
+			}
+		}
+		if lost|gained != 0 {
+			shardSlots.Set(float64(cur.Slots.Len()))
+			shardHandovers.Inc()
+		}
+		h.r.forgetSlots(lost)
+		h.reconcile(ctx, gained)
+		seen = cur
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-h.wake:
+		case <-cur.Changed:
 		}
-		h.mu.Lock()
-		lost, gained := h.lost, h.gained
-		h.lost, h.gained = 0, 0
-		h.mu.Unlock()
-		h.r.forgetSlots(lost)
-		h.reconcile(ctx, gained)
 	}
 }
 
@@ -382,9 +296,12 @@ func fenced(err error) bool {
 // fenceTimeout bounds the live read of a fence.
 const fenceTimeout = 10 * time.Second
 
-// fence returns the check run before every creating or deleting S3 call for sb: this
-// replica still owns the bucket's slot, and the API server (not the cache) still has
-// sb, with the same UID, being deleted exactly when the call is a deletion.
+// fence returns the check run before every call that creates, tags, deletes or empties
+// the bucket of sb: this replica still owns the bucket's slot, and the API server (not
+// the cache) still has sb, with the same UID, being deleted exactly when the call is a
+// deletion; and, since that read may take longer than what is left of the ownership,
+// the slot is still this replica's once it answered. (Every S3 request, these calls
+// included, is guarded besides: see setupShard.)
 func (r *Reconciler) fence(sb *phalanksv1beta1.StorageBucket, deleting bool) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if !r.owns(sb.UID) {
@@ -398,6 +315,8 @@ func (r *Reconciler) fence(sb *phalanksv1beta1.StorageBucket, deleting bool) fun
 			return &fencedError{"could not confirm the StorageBucket with the API server: " + err.Error()}
 		}
 		switch {
+		case !r.owns(sb.UID):
+			return &fencedError{"this replica lost the StorageBucket's shard slot while the API server answered"}
 		case live.UID != sb.UID:
 			return &fencedError{"the StorageBucket was deleted and created again"}
 		case deleting && live.DeletionTimestamp.IsZero():

@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"testing"
 	"time"
-
-	"github.com/phalanks/phalanks-operator/internal/sharding"
 )
 
 type requestValue struct{}
@@ -16,12 +14,15 @@ type requestValue struct{}
 // request's values, and a context derived from it (the probe's timeout) is registered
 // with the slot's cancelation itself: no goroutine per probe waits on the slot.
 func TestPassContextEndsWithItsSlotAndKeepsTheRequestsValues(t *testing.T) {
-	w := newShardWork(nil)
-	w.changed(0, sharding.All)
 	const slot = 7
+	// The slots' contexts, as the ring member makes them when it takes a slot.
+	slotContext := workContext(func(int) bool { return true })
+	slotCtx, giveUp := context.WithCancel(context.Background())
+	otherCtx, giveUpOther := context.WithCancel(context.Background())
+	defer giveUpOther()
 	req, cancelReq := context.WithCancel(context.WithValue(t.Context(), requestValue{}, "logger"))
-	pass := passContext{Context: w.slots[slot].pass, req: req}
-	other := passContext{Context: w.slots[slot+1].pass, req: req}
+	pass := passContext{Context: slotContext(slot, slotCtx, context.Background()), req: req}
+	other := passContext{Context: slotContext(slot+1, otherCtx, context.Background()), req: req}
 
 	if got := pass.Value(requestValue{}); got != "logger" {
 		t.Errorf("the pass's context lost the request's value: %v", got)
@@ -49,7 +50,7 @@ func TestPassContextEndsWithItsSlotAndKeepsTheRequestsValues(t *testing.T) {
 		t.Errorf("%d contexts derived from a pass started %d goroutines: they are not registered with the slot's cancelation", children, n)
 	}
 
-	w.changed(sharding.All, sharding.All&^(1<<slot)) // the slot is given up
+	giveUp() // the slot is given up
 	select {
 	case <-probe.Done():
 	case <-time.After(10 * time.Second):

@@ -193,9 +193,7 @@ type Reconciler struct {
 	sched    *scheduler
 	refs     *refReader
 	mem      *memory
-	// work holds the pass contexts of the shard slots; nil without a ring.
-	work *shardWork
-	opts Options
+	opts     Options
 }
 
 // SetupWithManager registers the StorageBucket controller, its field indexes, its
@@ -277,9 +275,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, fmt.Errorf("get StorageBucket: %w", err)
 	}
-	ctx, slot, owned := r.work.begin(ctx, sb.UID)
+	ctx, slot, owned := r.begin(ctx, sb.UID)
 	if owned {
-		defer r.work.end(slot)
+		defer r.end(slot)
 	}
 	if !owned || !r.owns(sb.UID) {
 		// Another replica's share (or ours until a moment ago): drop what we hold under

@@ -102,8 +102,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, sb *phalanksv1beta1.St
 		Bucket: bucket, UID: string(sb.UID), CreateRecorded: sb.Status.CreatedBucket.Records(sb.Spec),
 		Strategy: sb.Spec.NonEmptyStrategy, Budget: deletionBudget, Fence: r.fence(sb, true),
 	})
-	if fenced(err) {
-		// Gone, replaced or not ours any more: nothing to do or report here.
+	if err != nil && (fenced(err) || stopped(ctx)) {
+		// Gone, replaced or not ours any more (the slot given up, the ownership
+		// lapsed): nothing to do or report here.
 		logf.FromContext(ctx).V(1).Info("bucket deletion stopped", "bucket", bucket, "reason", err.Error())
 		return nil
 	}

@@ -174,6 +174,11 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 	}
 	r.record(sb, st, res, st.conditionsFor(check), !marked)
 	r.sched.Schedule(refOf(sb), nextDue(sb.UID, sb.Spec.HealthCheck.IntervalDuration(), now))
+	if r.inputsChanged(ctx, sb, in) {
+		// Probed with what a referenced object held before it changed: probe again at
+		// once (the change's own trigger may have come before the line above).
+		r.sched.TriggerNow(r.clock.Now(), refOf(sb))
+	}
 	return st
 }
 

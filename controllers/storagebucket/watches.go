@@ -47,7 +47,6 @@ func referenceChanged[T client.Object](r *Reconciler, kind string) handler.Typed
 // triggerReferencing makes the users of a changed Secret or ConfigMap due now.
 func (r *Reconciler) triggerReferencing(kind string, obj client.Object) {
 	key := refKey{kind: kind, NamespacedName: client.ObjectKeyFromObject(obj)}
-	r.refs.changed(key)
 	r.sched.TriggerNow(r.clock.Now(), r.refs.usersOf(key)...)
 }
 

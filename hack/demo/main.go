@@ -23,10 +23,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/phalanks/phalanks-operator/test/harness/certs"
 	"github.com/phalanks/phalanks-operator/test/harness/cluster"
@@ -46,6 +48,9 @@ const (
 )
 
 func main() {
+	// The demo's own clients have nothing to log; without a logger, controller-runtime
+	// prints a warning with a stack trace the first time one is made.
+	ctrllog.SetLogger(logr.Discard())
 	if err := sandbox.Enter(); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(2)

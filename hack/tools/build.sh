@@ -26,60 +26,85 @@ declare -A packages=(
 	[gen]="sigs.k8s.io/controller-tools/cmd/controller-gen sigs.k8s.io/kustomize/kustomize/v5=kustomize"
 	[lint]="github.com/golangci/golangci-lint/v2/cmd/golangci-lint"
 	[olm]="github.com/operator-framework/operator-lifecycle-manager/cmd/olm github.com/operator-framework/operator-lifecycle-manager/cmd/catalog github.com/operator-framework/operator-lifecycle-manager/cmd/package-server"
-	[opm]="github.com/operator-framework/operator-registry/cmd/opm"
 	[peers]="k8s.io/sample-controller"
 	[krew]="sigs.k8s.io/krew/cmd/krew sigs.k8s.io/krew/cmd/validate-krew-manifest"
 	[node]="k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy"
-	[containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr"
+	[containerd]="github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"
+	[ctr]="github.com/containerd/containerd/v2/cmd/ctr"
 	[sdk]="github.com/operator-framework/operator-sdk/cmd/operator-sdk github.com/operator-framework/operator-sdk/images/scorecard-test"
 	[prometheus]="github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool"
 	[prometheus-operator]="github.com/prometheus-operator/prometheus-operator/cmd/operator=prometheus-operator github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader"
 	[olmv1]="github.com/operator-framework/operator-controller/cmd/catalogd github.com/operator-framework/operator-controller/cmd/operator-controller github.com/phalanks/phalanks-operator/hack/tools/olmv1/certmanager=cert-manager"
+	[vuln]="golang.org/x/vuln/cmd/govulncheck golang.org/x/vulndb/cmd/indexdb"
 	[cni]="github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap"
 )
 # The module (hack/tools/<module>) a set is built from, when it is not the set's name:
 # kubectl comes from the same pinned Kubernetes as the control plane, but is a set of its
 # own so that commands which only talk to a cluster (make deploy) do not build a control
 # plane first; the real node's kubelet and kube-proxy come from it too, at the control
-# plane's version.
+# plane's version. ctr, containerd's client, is only for looking into the real node by
+# hand (docs/development.md), so no suite waits for it.
 declare -A modules=(
 	[kubectl]=kube
 	[node]=kube
+	[ctr]=containerd
 )
 # Built by `make tools`; every make target builds the sets it needs itself (see the
 # TOOLS_* variables in the Makefile).
 order=(gen lint kube kubectl kwok minio)
-optional=(sdk olm opm peers node containerd cni krew prometheus prometheus-operator olmv1)
+optional=(sdk olm peers node containerd ctr cni krew prometheus prometheus-operator olmv1 vuln)
+
+# Build tags and cgo per set (default: no tags, CGO_ENABLED=0). The openpgp tag keeps
+# containers/image off the gpgme C library. Prometheus is built with the Kubernetes
+# service discovery only (its remove_all_sd and enable_<name>_sd tags): the Prometheus
+# Operator's ServiceMonitors configure nothing else, and the cloud SDKs the other
+# discoveries bring are more than half of what the set would compile.
+declare -A tags=(
+	[olm]="json1"
+	[sdk]="containers_image_openpgp"
+	[containerd]="no_btrfs,no_devmapper,no_zfs"
+	[ctr]="no_btrfs,no_devmapper,no_zfs"
+	[olmv1]="containers_image_openpgp"
+	[prometheus]="remove_all_sd,enable_kubernetes_sd"
+)
+declare -A cgo=()
 
 # Every other Kubernetes version the suites run on (docs/kubernetes-versions.md) is a
 # set kube-<minor> built from hack/tools/kube-<minor>, which hack/tools/kube-version.sh
-# writes: its control plane only, since the real node runs at the default version.
+# writes: its control plane and kubectl (suites call kubectl against it, and kubectl
+# supports one minor version of skew), not the node, since the real node runs at the
+# default version.
 for dir in "$tools"/kube-*/; do
 	[[ -f $dir/go.mod ]] || continue
 	set=$(basename "$dir")
-	packages[$set]="${packages[kube]}"
+	packages[$set]="${packages[kube]} ${packages[kubectl]}"
 	optional+=("$set")
+	# Kubernetes 1.30 and older compile the in-tree cloud providers (and their AWS, Azure,
+	# GCE and vSphere SDKs) in, unless built providerless. From 1.29 on they are off by
+	# default (DisableCloudProviders), so the tag drops only code the suites never run:
+	# about 40 % of what the set compiles. Newer versions have no such code.
+	tags[$set]=providerless
 done
 
 # Roughly how long a first build of each set takes on two cores with an empty Go build
 # cache (measured on this project's CI machines), for the plan printed before building.
 declare -A estimate=(
-	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [opm]=3 [peers]=1
-	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1 [prometheus]=5 [prometheus-operator]=3 [olmv1]=5
+	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [peers]=1
+	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1 [vuln]=2 [prometheus]=5 [prometheus-operator]=3 [olmv1]=5
 )
 
-# Build tags and cgo per set (default: no tags, CGO_ENABLED=0). opm links sqlite through
-# cgo; the openpgp tag keeps containers/image off the gpgme C library.
-declare -A tags=(
-	[olm]="json1"
-	[opm]="json1,containers_image_openpgp"
-	[sdk]="containers_image_openpgp"
-	[containerd]="no_btrfs,no_devmapper,no_zfs"
-	[olmv1]="containers_image_openpgp"
+# A step some sets take after their binaries are built, in the set's directory $1.
+declare -A after=(
+	[vuln]=vuln_database
 )
-declare -A cgo=(
-	[opm]=1
-)
+
+# vuln_database writes the Go vulnerability database govulncheck reads (the vulndb
+# directory of the set) from the OSV reports of the pinned golang.org/x/vulndb revision.
+vuln_database() {
+	local osv
+	osv=$(cd "$tools/vuln" && go list -m -f '{{.Dir}}' golang.org/x/vulndb)/data/osv
+	"$1/indexdb" -vulns "$osv" -out "$1/vulndb"
+}
 
 module_of() { echo "${modules[$1]:-$1}"; }
 
@@ -181,11 +206,19 @@ key_for() {
 		ldflags_for "$set"
 		# Only sets with tags or cgo add a line, so the other sets keep their cache keys.
 		[[ -z ${tags[$set]:-}${cgo[$set]:-} ]] || echo "tags=${tags[$set]:-} cgo=${cgo[$set]:-0}"
-		go env GOVERSION GOOS GOARCH
+		# In the set's module: the Go it builds with (a go.mod's toolchain line may choose
+		# another than the one on PATH).
+		(cd "$tools/$mod" && go env GOVERSION GOOS GOARCH)
 	} | sha256sum | cut -c1-16
 }
 
-dir_for() { echo "$cache/$1-$(key_for "$1")"; }
+# dir_for is set $1's cache entry. The keys of the sets a run names are computed once, up
+# front (dir_for runs in subshells, which could not keep them).
+declare -A keys=()
+dir_for() {
+	[[ -n ${keys[$1]:-} ]] || keys[$1]=$(key_for "$1")
+	echo "$cache/$1-${keys[$1]}"
+}
 
 binaries_of() {
 	local spec pkg name out=()
@@ -247,39 +280,255 @@ explain() {
 	echo "tools: retry with: hack/tools/build.sh $set   (or: make tools-$set)" >&2
 }
 
-build_set() {
-	local set=$1 n=$2 of=$3 dir spec pkg name start log
-	dir=$(dir_for "$set")
-	if [[ -f $dir/.complete ]]; then
-		link "$dir" "$(link_dir_of "$set")"
-		return
+# go_name is the file name go build gives package $1's binary: its last path element, or
+# the one before when the last is a major version suffix (…/server/v3 -> server).
+go_name() {
+	local pkg=$1 last
+	last=${pkg##*/}
+	if [[ $last =~ ^v[0-9]+$ && $pkg == */*/* ]]; then
+		pkg=${pkg%/*}
+		last=${pkg##*/}
 	fi
-	start=$SECONDS
-	echo "tools: [$n/$of] building $set into $dir"
-	rm -rf "$dir.tmp"
-	mkdir -p "$dir.tmp"
-	log=$cache/$set.log
-	: >"$log"
-	for spec in ${packages[$set]}; do
-		pkg=${spec%%=*}
-		name=${pkg##*/}
-		[[ $spec == *=* ]] && name=${spec#*=}
-		echo "tools:   $name ($pkg)"
-		if ! (cd "$tools/$(module_of "$set")" && CGO_ENABLED=${cgo[$set]:-0} GOFLAGS=-mod=readonly go build -trimpath \
-			-tags "${tags[$set]:-}" -ldflags "$(ldflags_for "$set")" -o "$dir.tmp/$name" "$pkg") >>"$log" 2>&1; then
-			rm -rf "$dir.tmp"
-			explain "$set" "$pkg" "$log"
-			return 1
-		fi
-	done
-	touch "$dir.tmp/.complete"
-	rm -rf "$dir"
-	mv "$dir.tmp" "$dir"
-	rm -f "$log"
-	echo "tools: [$n/$of] $set built in $(duration $((SECONDS - start)))"
-	link "$dir" "$(link_dir_of "$set")"
+	echo "$last"
 }
 
+# same_build reports whether sets $1 and $2 compile with one go build: the same module,
+# tags and cgo setting (a module's linker flags are the same for all its sets).
+same_build() {
+	[[ $(module_of "$1") == "$(module_of "$2")" && ${tags[$1]:-} == "${tags[$2]:-}" && ${cgo[$1]:-0} == "${cgo[$2]:-0}" ]]
+}
+
+# lock takes set $1's lock into lock_fd: one builder per set and machine at a time, so
+# two CI runs never build the same set twice. When a background build (--background)
+# holds it, that build is raised to normal priority, since someone now waits for it.
+lock() {
+	local set=$1 pgid said=
+	exec {lock_fd}>"$cache/.lock-$set"
+	until flock -w 2 "$lock_fd"; do
+		[[ -n $said ]] && continue
+		if pgid=$(cat "$cache/.background-$set" 2>/dev/null) && [[ -n $pgid ]]; then
+			echo "tools: waiting for $set, which a background build is making (raised to normal priority)"
+			renice -n 0 -g "$pgid" >/dev/null 2>&1 || true
+			ionice -c 2 -n 4 -P "$pgid" >/dev/null 2>&1 || true
+		else
+			echo "tools: waiting for $set, which another build on this machine is making"
+		fi
+		said=1
+	done
+}
+
+# lower puts this background build back at the lowest priority, for the next set after
+# one that a waiting command raised.
+lower() {
+	local pgid
+	pgid=$(ps -o pgid= $$ | tr -d ' ')
+	renice -n 19 -g "$pgid" >/dev/null 2>&1 || true
+	ionice -c 3 -P "$pgid" >/dev/null 2>&1 || true
+}
+
+# remaining_estimate sums the estimates of the sets from index $1 of the run on.
+remaining_estimate() {
+	local i total=0
+	for ((i = $1; i < ${#run_sets[@]}; i++)); do
+		[[ -f $(dir_for "${run_sets[$i]}")/.complete ]] || total=$((total + $(estimate_of "${run_sets[$i]}")))
+	done
+	echo "$total"
+}
+
+# watch prints, every 30 s, how far the go build logging to $2 got: the packages it
+# compiled so far (go build -v logs each) and the time spent. It runs until killed.
+watch() {
+	local what=$1 log=$2 start=$SECONDS nap
+	trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+	while :; do
+		# In the background and without our output, so that a kill ends the wait at once
+		# and no sleep keeps a reader of the output waiting.
+		sleep 30 >/dev/null 2>&1 &
+		nap=$!
+		wait "$nap"
+		echo "tools:   … $what: $(duration $((SECONDS - start))) so far, $(grep -c '^[[:alnum:]]' "$log" || true) packages compiled"
+	done
+}
+
+# build_batch builds the sets named in its arguments, which same_build says compile
+# together, with one go build: the packages they share compile once, and one binary's
+# link overlaps another's compiles (kube, kubectl and node are one Kubernetes). Each set
+# is then moved into its own cache entry.
+build_batch() {
+	local first=$1 set spec pkg start log pkgs=() names=() tmp pid watcher status=0 i
+	start=$SECONDS
+	tmp=$cache/.batch-$first.tmp
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+	log=$cache/$first.log
+	: >"$log"
+	for set in "$@"; do
+		echo "tools: [$((run_index + 1))/${#run_sets[@]}] building $set into $(dir_for "$set") (about $(estimate_of "$set") min on 2 cores)"
+		for spec in ${packages[$set]}; do
+			pkg=${spec%%=*}
+			pkgs+=("$pkg")
+			names+=("$(go_name "$pkg")")
+			echo "tools:   $(binary_name "$spec") ($pkg)"
+		done
+	done
+	if [[ $(printf '%s\n' "${names[@]}" | sort | uniq -d) ]]; then
+		echo "tools: two packages of $* build to the same file name; set them apart in build.sh" >&2
+		return 1
+	fi
+	(cd "$tools/$(module_of "$first")" && exec env CGO_ENABLED="${cgo[$first]:-0}" GOFLAGS=-mod=readonly go build -v -trimpath \
+		-tags "${tags[$first]:-}" -ldflags "$(ldflags_for "$first")" -o "$tmp/" "${pkgs[@]}") >>"$log" 2>&1 &
+	pid=$!
+	watch "$*" "$log" &
+	watcher=$!
+	wait "$pid" || status=$?
+	kill "$watcher" 2>/dev/null || true
+	wait "$watcher" 2>/dev/null || true
+	if ((status != 0)); then
+		rm -rf "$tmp"
+		explain "$first" "$(failed_package "$log" "${pkgs[@]}")" "$log"
+		return 1
+	fi
+	i=0
+	for set in "$@"; do
+		local dir
+		dir=$(dir_for "$set")
+		rm -rf "$dir.tmp"
+		mkdir -p "$dir.tmp"
+		for spec in ${packages[$set]}; do
+			mv "$tmp/${names[$i]}" "$dir.tmp/$(binary_name "$spec")"
+			i=$((i + 1))
+		done
+		if [[ -n ${after[$set]:-} ]] && ! "${after[$set]}" "$dir.tmp" >>"$log" 2>&1; then
+			rm -rf "$dir.tmp" "$tmp"
+			explain "$set" "${after[$set]}" "$log"
+			return 1
+		fi
+		[[ $background == worker ]] && echo "$(duration $((SECONDS - start)))" >"$dir.tmp/.background"
+		touch "$dir.tmp/.complete"
+		rm -rf "$dir"
+		mv "$dir.tmp" "$dir"
+		link "$dir" "$(link_dir_of "$set")"
+		unmark "$set"
+		run_index=$((run_index + 1))
+	done
+	rm -rf "$tmp" "$log"
+	echo "tools: [$run_index/${#run_sets[@]}] $* built in $(duration $((SECONDS - start)))$(left)"
+}
+
+# left says how long the sets still to build in this run usually take.
+left() {
+	local m
+	m=$(remaining_estimate "$run_index")
+	((m > 0)) && echo "; about $m min of tool builds left"
+}
+
+binary_name() {
+	local spec=$1 pkg=${1%%=*}
+	if [[ $spec == *=* ]]; then echo "${spec#*=}"; else echo "${pkg##*/}"; fi
+}
+
+# failed_package names the package of the batch whose build the log shows failing (the
+# first one the log mentions), or the batch's first.
+failed_package() {
+	local log=$1 pkg
+	shift
+	for pkg in "$@"; do
+		grep -qF "$pkg" "$log" && { echo "$pkg"; return; }
+	done
+	echo "$1"
+}
+
+# mark and unmark keep bin/.building/<binary> (bin/<set>/.building/ for versioned kube
+# sets) while a background build of its set is under way: test/harness/tools waits for
+# such a binary (running this script for its set) instead of failing.
+mark() {
+	local set=$1 b d
+	d=$(link_dir_of "$set")/.building
+	mkdir -p "$d"
+	for b in $(binaries_of "$set"); do echo "$set" >"$d/$b"; done
+}
+unmark() {
+	local set=$1 b d
+	d=$(link_dir_of "$set")/.building
+	for b in $(binaries_of "$set"); do rm -f "$d/$b"; done
+}
+
+# reported says, once, that set $1 was built by a background build and how long that
+# took, in the form of a foreground build's line.
+reported() {
+	local f
+	f=$(dir_for "$1")/.background
+	[[ -f $f && $background != worker ]] || return 0
+	echo "tools: [background] $1 built in $(cat "$f")"
+	rm -f "$f"
+}
+
+# build_all builds (or links from the cache) every set in run_sets, in order, each batch
+# of sets that compile together with one go build.
+build_all() {
+	local i j s set batch fds fd
+	run_index=0
+	for ((i = 0; i < ${#run_sets[@]}; i++)); do
+		set=${run_sets[$i]}
+		[[ -n ${done_sets[$set]:-} ]] && continue
+		batch=("$set")
+		for ((j = i + 1; j < ${#run_sets[@]}; j++)); do
+			[[ -z ${done_sets[${run_sets[$j]}]:-} ]] && same_build "$set" "${run_sets[$j]}" &&
+				[[ ! -f $(dir_for "${run_sets[$j]}")/.complete ]] && batch+=("${run_sets[$j]}")
+		done
+		[[ -f $(dir_for "$set")/.complete ]] && batch=("$set")
+		# Locks are taken in name order, so two builders never wait for each other.
+		fds=()
+		for s in $(printf '%s\n' "${batch[@]}" | sort); do
+			lock "$s"
+			fds+=("$lock_fd")
+		done
+		local todo=()
+		for s in "${batch[@]}"; do
+			done_sets[$s]=1
+			if [[ -f $(dir_for "$s")/.complete ]]; then
+				link "$(dir_for "$s")" "$(link_dir_of "$s")"
+				unmark "$s"
+				run_index=$((run_index + 1))
+				reported "$s"
+			else
+				todo+=("$s")
+			fi
+		done
+		if ((${#todo[@]} > 0)); then
+			if [[ $background == worker ]]; then
+				lower
+				for s in "${todo[@]}"; do ps -o pgid= $$ | tr -d ' ' >"$cache/.background-$s"; done
+			fi
+			build_batch "${todo[@]}" || { for s in "${todo[@]}"; do rm -f "$cache/.background-$s"; unmark "$s"; done; return 1; }
+			for s in "${todo[@]}"; do rm -f "$cache/.background-$s"; done
+		fi
+		for fd in "${fds[@]}"; do exec {fd}>&-; done
+	done
+}
+
+# start_background builds the named sets in a process of its own, at the lowest CPU and
+# I/O priority, and returns at once: suites that spend most of their time waiting leave
+# the CPU to it, and it takes none from them (a command that needs one of its sets waits
+# for it, raising it to normal priority). Its output goes to the cache's background.log.
+start_background() {
+	local set missing=()
+	for set in "$@"; do
+		[[ -f $(dir_for "$set")/.complete ]] || missing+=("$set")
+	done
+	if ((${#missing[@]} == 0)); then
+		exec "$0" "$@"
+	fi
+	for set in "${missing[@]}"; do mark "$set"; done
+	echo "tools: building ${missing[*]} in the background, at the lowest priority (log: $cache/background.log)"
+	setsid nice -n 19 ionice -c 3 "$0" --background-worker "${missing[@]}" </dev/null >>"$cache/background.log" 2>&1 &
+	# The sets already built are linked now.
+	local built=()
+	for set in "$@"; do [[ -f $(dir_for "$set")/.complete ]] && built+=("$set"); done
+	((${#built[@]} == 0)) || "$0" "${built[@]}"
+}
+
+background=
 case ${1:-} in
 --list)
 	for set in "${order[@]}" "${optional[@]}"; do echo "$set: $(binaries_of "$set")"; done
@@ -289,6 +538,14 @@ case ${1:-} in
 	echo "${order[*]}"
 	exit 0
 	;;
+--background)
+	background=start
+	shift
+	;;
+--background-worker)
+	background=worker
+	shift
+	;;
 esac
 
 sets=("$@")
@@ -297,14 +554,13 @@ for set in "${sets[@]}"; do
 	[[ -n ${packages[$set]:-} ]] || { echo "tools: unknown set $set (known: ${order[*]} ${optional[*]})" >&2; exit 2; }
 done
 mkdir -p "$cache"
+for set in "${sets[@]}"; do keys[$set]=$(key_for "$set"); done
+if [[ $background == start ]]; then
+	start_background "${sets[@]}"
+	exit 0
+fi
+[[ $background == worker ]] && echo "tools: background build of ${sets[*]} started $(date -u +%FT%TZ)"
+run_sets=("${sets[@]}")
+declare -A done_sets=()
 plan "${sets[@]}"
-i=0
-for set in "${sets[@]}"; do
-	i=$((i + 1))
-	# One builder per set and machine at a time: two CI runs would otherwise build the same
-	# set twice, and a long build of one set does not hold up the others.
-	exec 9>"$cache/.lock-$set"
-	flock 9
-	build_set "$set" "$i" "${#sets[@]}"
-	exec 9>&-
-done
+build_all

@@ -4,7 +4,7 @@
 #   hack/tools/kube-version.sh v1.29.15    writes hack/tools/kube-1.29/go.mod and go.sum
 #
 # hack/tools/build.sh then knows a set kube-<minor> (the control plane: kube-apiserver,
-# kube-controller-manager, kube-scheduler and etcd), which PHALANKS_KUBE_TOOLS=kube-<minor>
+# kube-controller-manager, kube-scheduler and etcd; and kubectl), which PHALANKS_KUBE_TOOLS=kube-<minor>
 # makes the test harnesses run; add it to KUBE_VERSIONS in the Makefile to put it in the
 # matrix (docs/kubernetes-versions.md).
 #
@@ -29,7 +29,7 @@ godebug=$(awk '$1 == "godebug" && $2 ~ /^default=/ { sub("default=", "", $2); pr
 mkdir -p "$dir"
 {
 	cat <<EOF
-// The control plane of Kubernetes $version, for the suites that run on it
+// The control plane and kubectl of Kubernetes $version, for the suites that run on it
 // (PHALANKS_KUBE_TOOLS=kube-1.$minor; docs/kubernetes-versions.md). Written by
 // hack/tools/kube-version.sh $version.
 module github.com/phalanks/phalanks-operator/hack/tools/kube-1.$minor
@@ -44,6 +44,7 @@ tool (
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager
 	k8s.io/kubernetes/cmd/kube-scheduler
+	k8s.io/kubernetes/cmd/kubectl
 )
 
 require (

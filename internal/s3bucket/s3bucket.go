@@ -257,9 +257,10 @@ type DeleteRequest struct {
 	Strategy       phalanksv1beta1.NonEmptyStrategy
 	// Budget bounds the object versions ForceEmpty deletes per call.
 	Budget int
-	// Fence, when set, is asked right before every call that deletes something (the
-	// StorageBucket's own canary, object versions, the bucket); an error from it ends
-	// Delete with that error.
+	// Fence, when set, is asked right before every call that deletes something: each
+	// version of the StorageBucket's own canary, each batch of at most RemoveBatch
+	// object versions, each incomplete upload, the bucket. An error from it ends Delete
+	// with that error.
 	Fence func(context.Context) error
 }
 
@@ -384,14 +385,11 @@ func forceEmpty(ctx context.Context, c *miniogo.Client, bucket string, budget in
 	if locked {
 		return Deleted{Outcome: OutcomeBlockedObjectLock}, nil
 	}
-	if err := fence(ctx, f); err != nil {
-		return Deleted{}, err
-	}
-	removed, more, err := removeVersions(ctx, c, bucket, budget)
+	removed, more, err := removeVersions(ctx, c, bucket, budget, f)
 	if err != nil {
 		return Deleted{Removed: removed}, err
 	}
-	if err := abortUploads(ctx, c, bucket); err != nil {
+	if err := abortUploads(ctx, c, bucket, f); err != nil {
 		return Deleted{Removed: removed}, err
 	}
 	if more {
@@ -400,54 +398,76 @@ func forceEmpty(ctx context.Context, c *miniogo.Client, bucket string, budget in
 	return removeBucket(ctx, c, bucket, phalanksv1beta1.NonEmptyForceEmpty, removed, f)
 }
 
-// removeVersions deletes up to budget object versions and delete markers, reporting
-// whether more remain.
-func removeVersions(ctx context.Context, c *miniogo.Client, bucket string, budget int) (removed int, more bool, err error) {
+// RemoveBatch is how many object versions one multi-object delete request removes:
+// S3's limit, and the unit the fence is asked for.
+const RemoveBatch = 1000
+
+// removeVersions deletes up to budget object versions and delete markers, a batch of
+// at most RemoveBatch at a time, each fenced, reporting whether more remain.
+func removeVersions(ctx context.Context, c *miniogo.Client, bucket string, budget int, f func(context.Context) error) (removed int, more bool, err error) {
 	listCtx, cancel := context.WithCancel(ctx)
-	batch := make(chan miniogo.ObjectInfo)
-	done := make(chan struct{})
-	var listErr error
-	go func() {
-		defer close(done)
-		defer close(batch)
-		for obj := range c.ListObjectsIter(listCtx, bucket, miniogo.ListObjectsOptions{WithVersions: true, Recursive: true}) {
-			if obj.Err != nil {
-				listErr = obj.Err
-				return
-			}
-			if removed == budget {
-				more = true
-				return
-			}
-			select {
-			case batch <- miniogo.ObjectInfo{Key: obj.Key, VersionID: obj.VersionID}:
-				removed++
-			case <-listCtx.Done():
-				return
+	defer cancel()
+	batch := make([]miniogo.ObjectInfo, 0, min(budget, RemoveBatch))
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := fence(ctx, f); err != nil {
+			return err
+		}
+		removed += len(batch)
+		err := removeBatch(ctx, c, bucket, batch)
+		batch = batch[:0]
+		return err
+	}
+	for obj := range c.ListObjectsIter(listCtx, bucket, miniogo.ListObjectsOptions{WithVersions: true, Recursive: true}) {
+		if obj.Err != nil {
+			return removed, false, fmt.Errorf("empty bucket %q: list versions: %w", bucket, obj.Err)
+		}
+		if removed+len(batch) == budget {
+			more = true
+			break
+		}
+		batch = append(batch, miniogo.ObjectInfo{Key: obj.Key, VersionID: obj.VersionID})
+		if len(batch) == RemoveBatch {
+			if err := flush(); err != nil {
+				return removed, false, err
 			}
 		}
-	}()
-	var errs []error
-	for e := range c.RemoveObjects(ctx, bucket, batch, miniogo.RemoveObjectsOptions{}) {
-		errs = append(errs, fmt.Errorf("%s@%s: %w", e.ObjectName, e.VersionID, e.Err))
 	}
-	cancel()
-	<-done
-	if listErr != nil {
-		errs = append(errs, fmt.Errorf("list versions: %w", listErr))
-	}
-	if len(errs) > 0 {
-		return removed, more, fmt.Errorf("empty bucket %q (%d errors): %w", bucket, len(errs), errors.Join(errs[:min(len(errs), 3)]...))
+	if err := flush(); err != nil {
+		return removed, false, err
 	}
 	return removed, more, nil
 }
 
-func abortUploads(ctx context.Context, c *miniogo.Client, bucket string) error {
+// removeBatch deletes the object versions with one multi-object delete request.
+func removeBatch(ctx context.Context, c *miniogo.Client, bucket string, batch []miniogo.ObjectInfo) error {
+	objects := make(chan miniogo.ObjectInfo, len(batch))
+	for _, o := range batch {
+		objects <- o
+	}
+	close(objects)
+	var errs []error
+	for e := range c.RemoveObjects(ctx, bucket, objects, miniogo.RemoveObjectsOptions{}) {
+		errs = append(errs, fmt.Errorf("%s@%s: %w", e.ObjectName, e.VersionID, e.Err))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("empty bucket %q (%d errors): %w", bucket, len(errs), errors.Join(errs[:min(len(errs), 3)]...))
+	}
+	return nil
+}
+
+// abortUploads aborts every incomplete multipart upload in the bucket, each fenced.
+func abortUploads(ctx context.Context, c *miniogo.Client, bucket string, f func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for up := range c.ListIncompleteUploads(ctx, bucket, "", true) {
 		if up.Err != nil {
 			return fmt.Errorf("list incomplete uploads of bucket %q: %w", bucket, up.Err)
+		}
+		if err := fence(ctx, f); err != nil {
+			return err
 		}
 		if err := c.RemoveIncompleteUpload(ctx, bucket, up.Key); err != nil {
 			return fmt.Errorf("abort upload of %q in bucket %q: %w", up.Key, bucket, err)

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	miniogo "github.com/minio/minio-go/v7"
@@ -415,5 +416,66 @@ func TestDeleteRemovesTheStorageBucketsOwnCanaryOnly(t *testing.T) {
 	got, err := s3bucket.Delete(ctx, c, s3bucket.DeleteRequest{Bucket: "canary-other", UID: owner.UID, Strategy: phalanksv1beta1.NonEmptyFail, Budget: 100})
 	if err != nil || got.Outcome != s3bucket.OutcomeBlockedNonEmpty {
 		t.Errorf("Delete with another's canary = %+v, %v; want BlockedNonEmpty", got, err)
+	}
+}
+
+// ForceEmpty asks the fence before each batch of object versions it deletes and each
+// incomplete upload it aborts, not once for its whole budget: a replica that loses the
+// StorageBucket half way (its slot taken over, the StorageBucket gone) deletes nothing
+// after the batch it was in.
+func TestForceEmptyIsFencedBatchByBatch(t *testing.T) {
+	c, ctx := setup(t)
+	const bucket = "fenced-batches"
+	if err := c.MakeBucket(ctx, bucket, miniogo.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	setTags(t, c, bucket, map[string]string{s3bucket.TagOwnerUID: owner.UID})
+	objects := 2*s3bucket.RemoveBatch + 10
+	keys := make(chan string)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for k := range keys {
+				if _, err := c.PutObject(ctx, bucket, k, bytes.NewReader([]byte("data")), 4, miniogo.PutObjectOptions{}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	for i := range objects {
+		keys <- fmt.Sprintf("object-%05d", i)
+	}
+	close(keys)
+	wg.Wait()
+	if _, err := (&miniogo.Core{Client: c}).NewMultipartUpload(ctx, bucket, "unfinished", miniogo.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	refused := errors.New("not ours any more")
+	asked, allowed := 0, 1
+	fence := func(context.Context) error {
+		asked++
+		if asked > allowed {
+			return refused
+		}
+		return nil
+	}
+	req := s3bucket.DeleteRequest{Bucket: bucket, UID: owner.UID, Strategy: phalanksv1beta1.NonEmptyForceEmpty, Budget: 5000, Fence: fence}
+	if _, err := s3bucket.Delete(ctx, c, req); !errors.Is(err, refused) {
+		t.Fatalf("Delete with the fence refusing its second question = %v, want the fence's error", err)
+	}
+	if left := len(versions(t, c, bucket)); left != objects-s3bucket.RemoveBatch || asked != 2 {
+		t.Fatalf("after the fence refused its second question: %d object versions left, fence asked %d times; want %d left (one batch deleted) and 2 questions",
+			left, asked, objects-s3bucket.RemoveBatch)
+	}
+
+	asked, allowed = 0, 100
+	got, err := s3bucket.Delete(ctx, c, req)
+	if err != nil || got.Outcome != s3bucket.OutcomeDeleted {
+		t.Fatalf("Delete = %+v, %v; want Deleted", got, err)
+	}
+	// Two batches (1,000 and 10), one upload, the bucket.
+	if asked != 4 {
+		t.Errorf("the fence was asked %d times; want 4: before each of two batches, the upload's abort and the bucket's deletion", asked)
 	}
 }

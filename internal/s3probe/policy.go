@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -193,11 +194,17 @@ func (d *dialer) proxyFor(req *http.Request) (*url.URL, error) {
 		return nil, nil
 	}
 	host := req.URL.Hostname()
-	if addr, perr := netip.ParseAddr(host); perr == nil {
+	addr, numeric := literalAddr(host)
+	switch {
+	case numeric && !addr.IsValid():
+		return nil, taxonomy.NewFailure(taxonomy.ReasonEndpointNotAllowed, nil,
+			"the endpoint %s goes through an egress proxy, and its host reads as a number but not as a valid IPv4 address; "+
+				"the proxy's C library might read it as some address, so the operator's endpoint policy cannot check it", req.URL.Host)
+	case addr.IsValid():
 		if err := d.policy.Check(addr); err != nil {
 			return nil, notAllowed(req.URL.Host, err)
 		}
-	} else {
+	default:
 		addrs, lerr := d.resolver.LookupNetIP(req.Context(), "ip", host)
 		switch {
 		case lerr != nil && !d.unresolvedViaProxy:
@@ -241,4 +248,93 @@ func canonicalAddr(u *url.URL) string {
 		}
 	}
 	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// literalAddr reads host as an IP address the way the egress proxy may. An IPv6 or
+// dotted-quad IPv4 address parses as such. Besides those, the C library a proxy resolves
+// names with (inet_aton(3), which getaddrinfo(3) tries first) reads every IPv4 form of
+// the 1980s: one to four parts separated by dots, each decimal, octal (a leading 0) or
+// hexadecimal (a leading 0x), the last part filling the bytes the others leave, so that
+// "2852039166", "0251.0376.0251.0376", "0xa9.0xfe.0xa9.0xfe" and "169.254.43518" are all
+// 169.254.169.254, and "127.1" and "0x7f.1" are 127.0.0.1. Go's resolver reads none of
+// them: they do not resolve here, and with --storagebucket-endpoint-allow-unresolvable-via-proxy
+// they would go to the proxy unchecked.
+//
+// numeric reports whether host is a number in that sense: its last label (after one
+// trailing dot) is a decimal or 0x-hexadecimal number, which the URL standard also
+// takes for an IPv4 address. A numeric host that is no valid address (a part out of
+// range, "08", five parts) returns the zero Addr: what a proxy makes of it is unknown.
+func literalAddr(host string) (addr netip.Addr, numeric bool) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a, true
+	}
+	parts := strings.Split(strings.TrimSuffix(host, "."), ".")
+	if !isNumber(parts[len(parts)-1]) {
+		return netip.Addr{}, false
+	}
+	if len(parts) > 4 {
+		return netip.Addr{}, true
+	}
+	var v uint64
+	for i, p := range parts {
+		n, ok := parseInetPart(p)
+		// Every part but the last is one byte; the last fills what is left.
+		limit := uint64(0xff)
+		if i == len(parts)-1 {
+			limit = 1<<(8*(5-len(parts))) - 1
+		}
+		if !ok || n > limit {
+			return netip.Addr{}, true
+		}
+		if i == len(parts)-1 {
+			v = v<<(8*(5-len(parts))) | n
+		} else {
+			v = v<<8 | n
+		}
+	}
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true
+}
+
+// isNumber reports whether a host label is a number as the URL standard's IPv4 parser
+// sees it: decimal digits, or 0x followed by hexadecimal digits (or nothing).
+func isNumber(label string) bool {
+	if label == "" {
+		return false
+	}
+	digits := label
+	if len(label) >= 2 && label[0] == '0' && (label[1] == 'x' || label[1] == 'X') {
+		digits = label[2:]
+		for _, c := range digits {
+			if !strings.ContainsRune("0123456789abcdefABCDEF", c) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// parseInetPart parses one part of an inet_aton address: 0x or 0X and hexadecimal
+// digits, 0 and octal digits, or decimal digits.
+func parseInetPart(p string) (uint64, bool) {
+	base := 10
+	switch {
+	case len(p) >= 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X'):
+		base, p = 16, p[2:]
+		if p == "" {
+			return 0, true // the URL standard reads a bare 0x as 0 (inet_aton refuses it)
+		}
+	case len(p) > 1 && p[0] == '0':
+		base, p = 8, p[1:]
+	}
+	n, err := strconv.ParseUint(p, base, 64)
+	if err != nil {
+		return 0, false
+	}
+	return n, true
 }

@@ -300,3 +300,61 @@ func TestPolicyChecksTheEndpointOfAProxiedRequest(t *testing.T) {
 		t.Errorf("the proxy was asked %d times for a denied endpoint", n)
 	}
 }
+
+// Through an egress proxy, an endpoint host that the proxy's C library reads as an IPv4
+// address (inet_aton: one to four parts, each decimal, octal or hexadecimal, the last
+// filling the remaining bytes) is checked as that address, even where Go's resolver
+// reads it as a name that does not resolve and the administrator trusts the proxy's
+// resolution; a host that reads as a number but as no valid address is denied too. The
+// proxy is never asked.
+func TestAProxiedEndpointWrittenAsAnyIPv4FormIsChecked(t *testing.T) {
+	proxy := fwdproxy.StartForTest(t, map[string]string{})
+	p := &s3probe.Prober{Pool: &s3probe.Pool{Proxy: http.ProxyURL(proxy.URL), Resolver: nxdomain(t), UnresolvableViaProxy: true}}
+	const linkLocal, loopback, noAddress = "link-local", "loopback", "not as a valid IPv4 address"
+	for form, tc := range map[string]struct{ host, why string }{
+		"one decimal part":                     {"2852039166", linkLocal},
+		"one octal part":                       {"025177524776", linkLocal},
+		"one hexadecimal part":                 {"0xa9fea9fe", linkLocal},
+		"one hexadecimal part, upper case":     {"0XA9FEA9FE", linkLocal},
+		"four octal parts":                     {"0251.0376.0251.0376", linkLocal},
+		"four hexadecimal parts":               {"0xa9.0xfe.0xa9.0xfe", linkLocal},
+		"four parts, mixed bases":              {"0xa9.254.0251.0xfe", linkLocal},
+		"three parts, the last 16 bits":        {"169.254.43518", linkLocal},
+		"two parts, the last 24 bits":          {"127.1", loopback},
+		"two parts, hexadecimal and decimal":   {"0x7f.1", loopback},
+		"two parts, octal":                     {"0177.01", loopback},
+		"one decimal part, loopback":           {"2130706433", loopback},
+		"dotted quad with a trailing dot":      {"169.254.169.254.", linkLocal},
+		"a number that is no address: 5 parts": {"1.2.3.4.5", noAddress},
+		"a number that is no address: 08":      {"08.1.1.1", noAddress},
+		"a part out of range":                  {"1.256.1.1", noAddress},
+		"a last part out of range":             {"1.2.0x1000000", noAddress},
+		"a number beyond 32 bits":              {"4294967296", noAddress},
+		"a name ending in a number":            {"metadata.internal.123", noAddress},
+	} {
+		res := p.Probe(t.Context(), s3probe.Target{Endpoint: s3probe.Endpoint{URL: "http://" + tc.host}, Bucket: "any-bucket",
+			Depth: s3probe.DepthConnect, Timeout: 5 * time.Second})
+		switch {
+		case res.Failure == nil || res.Failure.Reason != taxonomy.ReasonEndpointNotAllowed:
+			t.Errorf("%s (%s): got %v, want EndpointNotAllowed", form, tc.host, res.Failure)
+		case !strings.Contains(res.Failure.Message, tc.why):
+			t.Errorf("%s (%s): %q does not say %q", form, tc.host, res.Failure.Message, tc.why)
+		}
+	}
+	if n := proxy.Requests(); n != 0 {
+		t.Errorf("the proxy was asked %d times for endpoints the policy denies", n)
+	}
+
+	// The same forms of an address the policy allows reach the proxy.
+	for _, host := range []string{"3221225994", "0xc0.0.2.10", "192.0.522"} { // 192.0.2.10
+		before := proxy.Requests()
+		res := p.Probe(t.Context(), s3probe.Target{Endpoint: s3probe.Endpoint{URL: "http://" + host}, Bucket: "any-bucket",
+			Depth: s3probe.DepthConnect, Timeout: 5 * time.Second})
+		if res.Failure != nil && res.Failure.Reason == taxonomy.ReasonEndpointNotAllowed {
+			t.Errorf("%s (192.0.2.10, allowed): %v", host, res.Failure)
+		}
+		if proxy.Requests() == before {
+			t.Errorf("%s (192.0.2.10, allowed) did not go to the proxy", host)
+		}
+	}
+}

@@ -207,7 +207,7 @@ func (p *Pool) Conn(e Endpoint) (*Conn, error) {
 	te.used = now
 	ce := te.clients[ck]
 	if ce == nil {
-		c, err := newClient(u.Host, secure, te.rt, e)
+		c, err := newClient(u.Host, secure, guarded{te.rt}, e)
 		if err != nil {
 			return nil, taxonomy.NewFailure(taxonomy.ReasonUnclassified, err, "create S3 client for %s: %s", u.Host, taxonomy.StableText(err))
 		}

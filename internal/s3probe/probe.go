@@ -117,7 +117,7 @@ func connect(ctx context.Context, conn *Conn) error {
 	if err != nil {
 		return err
 	}
-	resp, err := conn.entry.rt.RoundTrip(req)
+	resp, err := guarded{conn.entry.rt}.RoundTrip(req)
 	if err != nil {
 		return err
 	}
@@ -182,6 +182,33 @@ func readWrite(ctx context.Context, cleanup func() (context.Context, context.Can
 		return f
 	}
 	return nil
+}
+
+// guardKey holds the check every request under a context must pass before it is sent.
+type guardKey struct{}
+
+// WithGuard returns ctx whose S3 requests (those of probes and every other call through
+// a Pool's clients, cleanups included) are each sent only if guard returns nil, asked
+// right before the request leaves: the request fails with guard's error, unsent, when
+// it does not. It is how a replica stops its requests the instant its right to send
+// them ends, rather than when a cancellation reaches them.
+func WithGuard(ctx context.Context, guard func() error) context.Context {
+	return context.WithValue(ctx, guardKey{}, guard)
+}
+
+// guarded is the RoundTripper of a Pool's clients: it asks the request's guard, if any.
+type guarded struct{ rt http.RoundTripper }
+
+func (g guarded) RoundTrip(req *http.Request) (*http.Response, error) {
+	if guard, ok := req.Context().Value(guardKey{}).(func() error); ok {
+		if err := guard(); err != nil {
+			if req.Body != nil {
+				_ = req.Body.Close() // a RoundTripper closes the body, also on an error
+			}
+			return nil, err
+		}
+	}
+	return g.rt.RoundTrip(req)
 }
 
 // cleanupKey holds the context that cleanups under a probe's context end with.

@@ -3,10 +3,12 @@ package s3probe_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -365,5 +367,60 @@ func TestAProbeEndsByTheCallersDeadline(t *testing.T) {
 	// Without the bound: the read's timeout plus another whole timeout for the delete.
 	if elapsed > deadline+500*time.Millisecond {
 		t.Errorf("the probe took %s, past the caller's deadline of %s", elapsed.Round(time.Millisecond), deadline)
+	}
+}
+
+// A guard on a probe's context is asked right before each of its requests leaves, the
+// canary's cleanup included, and a request it refuses is never sent: a replica whose
+// right to the bucket ended sends nothing more for it, whatever its contexts say yet.
+func TestAGuardStopsEveryRequestItRefuses(t *testing.T) {
+	s3 := minio.StartForTest(t, minio.Options{})
+	ctx := t.Context()
+	if err := s3.MakeBucket(ctx, "guarded", miniogo.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	proxy := s3.StartProxyForTest(t)
+	var sent []string
+	var mu sync.Mutex
+	proxy.Observe(func(r *http.Request) {
+		mu.Lock()
+		sent = append(sent, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+	})
+	refused := errors.New("this replica no longer holds the bucket")
+	allowed := 0
+	guard := func() error {
+		if allowed == 0 {
+			return refused
+		}
+		allowed--
+		return nil
+	}
+	p := newProber(t)
+	target := s3probe.Target{
+		Endpoint: s3probe.Endpoint{URL: proxy.URL, Region: s3.Region, Credentials: &s3probe.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey}},
+		Bucket:   "guarded", Timeout: 5 * time.Second, CanaryKey: ".phalanks-probe/uid-1",
+	}
+	for _, depth := range []s3probe.Depth{s3probe.DepthConnect, s3probe.DepthHeadBucket, s3probe.DepthList, s3probe.DepthReadWrite} {
+		target.Depth = depth
+		if res := p.Probe(s3probe.WithGuard(ctx, guard), target); res.Failure == nil || !errors.Is(res.Failure, refused) {
+			t.Errorf("%s with the guard refusing: %v, want the guard's error", depth, res.Failure)
+		}
+	}
+	if len(sent) != 0 {
+		t.Errorf("requests the guard refused were sent: %v", sent)
+	}
+
+	// It allows the canary's put and nothing after it: not the read back, nor the
+	// delete that runs under the cleanup context.
+	allowed = 1
+	target.Depth = s3probe.DepthReadWrite
+	if res := p.Probe(s3probe.WithGuard(ctx, guard), target); res.Failure == nil {
+		t.Error("the ReadWrite probe passed although the guard refused its read and delete")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != 1 || !strings.HasPrefix(sent[0], http.MethodPut) {
+		t.Errorf("sent %v; want the canary's put only", sent)
 	}
 }

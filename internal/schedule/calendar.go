@@ -40,16 +40,23 @@ func (p *parser) holidays(name string) (*Schedule, error) {
 // ParseCalendar parses a holiday calendar: entries (the data of its ConfigMap), each a
 // schedule in the grammar of Parse such as a comma-separated list of absolute ranges,
 // under a key that names it (christmas, 2026, company-shutdown). The calendar contains
-// an instant when any entry does. It may not name other calendars. Every entry is
+// an instant when any entry does. It may not name other calendars, and its entries
+// together have at most MaxElements elements (counted before any is parsed, so that an
+// oversized calendar costs no more than counting its commas). Every entry is
 // validated; the error names the calendar, each bad entry by key and the reason.
 func ParseCalendar(name string, entries map[string]string, d Defaults) (*Schedule, error) {
 	d.Calendars = nil
 	keys := make([]string, 0, len(entries))
-	for k := range entries {
+	total := 0
+	for k, spec := range entries {
 		keys = append(keys, k)
+		total += strings.Count(spec, ",") + 1
+	}
+	if total > MaxElements {
+		return nil, fmt.Errorf("holiday calendar %q is invalid: %s in its %d entries together", name, tooMany(total), len(entries))
 	}
 	slices.Sort(keys)
-	out := &Schedule{}
+	var b builder
 	var problems []string
 	for _, k := range keys {
 		spec := entries[k]
@@ -62,15 +69,15 @@ func ParseCalendar(name string, entries map[string]string, d Defaults) (*Schedul
 			problems = append(problems, strconv.Quote(k)+": "+err.Error())
 			continue
 		}
-		out.elements = append(out.elements, s.elements...)
+		b.include(s)
 		for _, w := range s.warnings {
-			out.warnings = append(out.warnings, "holiday calendar "+strconv.Quote(name)+" "+strconv.Quote(k)+": "+w)
+			b.warnings = append(b.warnings, "holiday calendar "+strconv.Quote(name)+" "+strconv.Quote(k)+": "+w)
 		}
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("holiday calendar %q is invalid: %s", name, strings.Join(problems, "; "))
 	}
-	return out, nil
+	return b.build(), nil
 }
 
 // nestedCalendar returns the first element of spec that names a calendar.

@@ -152,3 +152,91 @@ func TestPeerReadingsOfWhatTheyReadDifferently(t *testing.T) {
 		})
 	}
 }
+
+// hourlyRanges returns n touching absolute ranges of an hour each from start, as a
+// tenant's calendar of every hour would hold them.
+func hourlyRanges(start time.Time, n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		a := start.Add(time.Duration(i) * time.Hour)
+		parts[i] = a.Format(time.RFC3339) + "-" + a.Add(time.Hour).Format(time.RFC3339)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func TestTheElementBoundCountsCalendars(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	t.Run("a calendar of twenty thousand ranges is rejected, whatever its entries", func(t *testing.T) {
+		entries := map[string]string{"a": hourlyRanges(start, 10000), "b": hourlyRanges(start.Add(10000*time.Hour), 10000)}
+		_, err := ParseCalendar("every-hour", entries, Defaults{})
+		if err == nil || !strings.Contains(err.Error(), `holiday calendar "every-hour" is invalid: too many elements: 20000 (at most 1000)`) {
+			t.Fatalf("error %v, want the bound named", err)
+		}
+	})
+	t.Run("a calendar at the bound is accepted", func(t *testing.T) {
+		if _, err := ParseCalendar("full", map[string]string{"a": hourlyRanges(start, 600), "b": hourlyRanges(start, 400)}, Defaults{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("a schedule's own elements and its calendars' count together", func(t *testing.T) {
+		d := Defaults{Calendars: calendars{"full": {"a": hourlyRanges(start, MaxElements)}}}
+		if s, err := Parse("holidays:full", d); err != nil || s.Size() != MaxElements {
+			t.Fatalf("a schedule of one full calendar: size %d, error %v", s.Size(), err)
+		}
+		_, err := Parse("Mon-Fri 08:00-18:00 UTC, holidays:full", d)
+		if err == nil || !strings.Contains(err.Error(), "too many elements: 1001 (at most 1000), counting those of the holiday calendars it names") {
+			t.Fatalf("error %v, want the bound named", err)
+		}
+	})
+}
+
+func TestTouchingRangesAreCrossedInOneStep(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s, err := Parse(hourlyRanges(start, MaxElements), Defaults{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := NewBudget(4)
+	if got, want := s.NextWithin(start.Add(30*time.Minute), b), start.Add(MaxElements*time.Hour); !got.Equal(want) {
+		t.Errorf("Next = %s, want the end of the last range, %s", got, want)
+	}
+	if b.Spent() {
+		t.Error("crossing the ranges took more than one step")
+	}
+}
+
+func TestNextWithinABudgetStopsOnTheWayAndGoesOnFromThere(t *testing.T) {
+	// Two zones that hand over to each other every day: nothing changes for a year,
+	// then summer time opens a gap.
+	s, err := Parse("Mon-Sun 00:00-12:00 Europe/Berlin, Mon-Sun 11:00-24:00 UTC", Defaults{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := time.Date(2024, 1, 15, 10, 0, 0, 0, time.UTC)
+	want := s.Next(from)
+	if !want.Equal(time.Date(2024, 3, 31, 10, 0, 0, 0, time.UTC)) {
+		t.Fatalf("Next = %s", want)
+	}
+	x, hops := from, 0
+	for {
+		b := NewBudget(50)
+		got := s.NextWithin(x, b)
+		if !got.After(x) || got.After(want) {
+			t.Fatalf("NextWithin(%s) = %s: not after it, or past the change at %s", x, got, want)
+		}
+		hops++
+		if got.Equal(want) {
+			break
+		}
+		if !b.Spent() {
+			t.Fatalf("NextWithin(%s) = %s, which is no change, with budget left", x, got)
+		}
+		if s.Contains(got) != s.Contains(from) {
+			t.Fatalf("NextWithin stopped at %s, where the schedule changes, without saying so", got)
+		}
+		x = got
+	}
+	if hops < 2 {
+		t.Errorf("a budget of 50 units found the change in %d search", hops)
+	}
+}

@@ -3,7 +3,6 @@ package schedule
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -11,17 +10,54 @@ import (
 	_ "time/tzdata"
 )
 
-// rfc3339 matches one RFC 3339 timestamp as Kubernetes writes them: upper-case T, and
-// Z or a numeric offset.
-const rfc3339 = `\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})`
+// The grammar is read by hand rather than with regular expressions: a schedule may have
+// a thousand elements and is read at every decision.
 
-var (
-	absoluteRange = regexp.MustCompile(`^(` + rfc3339 + `)\s*-\s*(` + rfc3339 + `)$`)
-	timestamp     = regexp.MustCompile(`^` + rfc3339 + `$`)
-	looksAbsolute = regexp.MustCompile(`^\d{4}-`)
-	clockTimeRE   = regexp.MustCompile(`^\d\d:\d\d$`)
-	weekdayRange  = regexp.MustCompile(`^([A-Za-z]+)(?:-([A-Za-z]+))?$`)
-)
+// rfc3339Len returns the length of the RFC 3339 timestamp at the start of s, as
+// Kubernetes writes them (2024-11-01T22:00:00+01:00: upper-case T, optional fractional
+// seconds, Z or a numeric offset), or 0 if s does not start with one.
+func rfc3339Len(s string) int {
+	const shape = "dddd-dd-ddTdd:dd:dd"
+	if len(s) < len(shape) {
+		return 0
+	}
+	for i := range len(shape) {
+		if shape[i] == 'd' && !isDigit(s[i]) || shape[i] != 'd' && s[i] != shape[i] {
+			return 0
+		}
+	}
+	n := len(shape)
+	if n < len(s) && s[n] == '.' {
+		j := n + 1
+		for j < len(s) && isDigit(s[j]) {
+			j++
+		}
+		if j == n+1 {
+			return 0
+		}
+		n = j
+	}
+	switch {
+	case n < len(s) && s[n] == 'Z':
+		return n + 1
+	case n+6 <= len(s) && (s[n] == '+' || s[n] == '-') && isDigit(s[n+1]) && isDigit(s[n+2]) && s[n+3] == ':' && isDigit(s[n+4]) && isDigit(s[n+5]):
+		return n + 6
+	}
+	return 0
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+// looksAbsolute reports whether an element starts like an RFC 3339 date: four digits
+// and a dash.
+func looksAbsolute(s string) bool {
+	return len(s) >= 5 && isDigit(s[0]) && isDigit(s[1]) && isDigit(s[2]) && isDigit(s[3]) && s[4] == '-'
+}
+
+// trimSpace trims what \s matches: spaces, tabs and line breaks.
+func trimSpace(s string) string { return strings.Trim(s, " \t\n\f\r") }
 
 // weekdayNames in the order of the week frame: Monday is day 0.
 var weekdayNames = []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
@@ -64,7 +100,7 @@ func (p *parser) element(text string) (*recurrence, element, error) {
 			return nil, nil, err
 		}
 		return nil, interval{until: at, hasUntil: true}, nil
-	case looksAbsolute.MatchString(text):
+	case looksAbsolute(text):
 		e, err := absolute(text)
 		if errors.Is(err, errEmptyRange) {
 			p.warning = err.Error()
@@ -86,7 +122,7 @@ func directional(rest string) (time.Time, error) {
 	if rest == "" {
 		return time.Time{}, errors.New("missing time after from/until")
 	}
-	if !timestamp.MatchString(rest) {
+	if rfc3339Len(rest) != len(rest) {
 		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time such as 2024-11-01T22:00:00+01:00", rest)
 	}
 	return parseTime(rest)
@@ -94,16 +130,17 @@ func directional(rest string) (time.Time, error) {
 
 // absolute parses "<RFC 3339>-<RFC 3339>", spaces allowed around the dash.
 func absolute(text string) (element, error) {
-	m := absoluteRange.FindStringSubmatch(text)
-	if m == nil {
+	n := rfc3339Len(text)
+	rest := trimSpace(text[n:])
+	if n == 0 || !strings.HasPrefix(rest, "-") || rfc3339Len(trimSpace(rest[1:])) != len(trimSpace(rest[1:])) {
 		return nil, errors.New("not an absolute range: expected <start>-<end> in RFC 3339, " +
 			"such as 2024-11-01T22:00:00+00:00-2024-11-22T05:00:00+00:00")
 	}
-	from, err := parseTime(m[1])
+	from, err := parseTime(text[:n])
 	if err != nil {
 		return nil, fmt.Errorf("start: %w", err)
 	}
-	until, err := parseTime(m[2])
+	until, err := parseTime(trimSpace(rest[1:]))
 	if err != nil {
 		return nil, fmt.Errorf("end: %w", err)
 	}
@@ -310,7 +347,7 @@ func (c clockTime) goAccepts() bool { return c.h <= 24 && c.m < 60 }
 
 // clock parses "HH:MM" with two digits each; which values are valid is window's concern.
 func clock(s string) (clockTime, error) {
-	if !clockTimeRE.MatchString(s) {
+	if len(s) != 5 || !isDigit(s[0]) || !isDigit(s[1]) || s[2] != ':' || !isDigit(s[3]) || !isDigit(s[4]) {
 		return clockTime{}, fmt.Errorf("%q is not HH:MM with two digits each", s)
 	}
 	return clockTime{text: s, h: int(s[0]-'0')*10 + int(s[1]-'0'), m: int(s[3]-'0')*10 + int(s[4]-'0')}, nil
@@ -319,17 +356,17 @@ func clock(s string) (clockTime, error) {
 // parseWeekdays parses "Mon-Fri" (inclusive, may wrap: "Sat-Mon") or a single "Sat".
 func parseWeekdays(s string) ([7]bool, error) {
 	var days [7]bool
-	m := weekdayRange.FindStringSubmatch(s)
-	if m == nil {
+	first, last, isRange := strings.Cut(s, "-")
+	if !letters(first) || isRange && !letters(last) {
 		return days, fmt.Errorf("weekdays %q: expected a range such as Mon-Fri", s)
 	}
-	from, err := weekday(m[1])
+	from, err := weekday(first)
 	if err != nil {
 		return days, err
 	}
 	to := from
-	if m[2] != "" {
-		if to, err = weekday(m[2]); err != nil {
+	if isRange {
+		if to, err = weekday(last); err != nil {
 			return days, err
 		}
 	}
@@ -339,6 +376,16 @@ func parseWeekdays(s string) ([7]bool, error) {
 			return days, nil
 		}
 	}
+}
+
+// letters reports whether s is one or more ASCII letters.
+func letters(s string) bool {
+	for i := range len(s) {
+		if !isLetter(s[i]) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func weekday(s string) (int, error) {

@@ -76,7 +76,7 @@ func peerElement(peer, text string) (elements []string, note string, rejected bo
 			return nil, "kube-downscaler has no from/until and rejects it", true
 		}
 		return []string{text}, "", false
-	case looksAbsolute.MatchString(text):
+	case looksAbsolute(text):
 		if peer == KubeDownscaler && (strings.Contains(text, "Z") || strings.Contains(text, " ")) {
 			return nil, "kube-downscaler rejects Z and spaces in an absolute range (write +00:00, no spaces)", true
 		}

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"math/bits"
 	"sort"
 	"time"
 )
@@ -41,32 +42,84 @@ func (w *weekly) add(r recurrence) {
 			if sp.end < sp.start {
 				to += minutesPerDay
 			}
-			for m := from; m < to; m++ {
-				w.set(m % minutesPerWeek)
+			if to > minutesPerWeek {
+				// Sunday's night runs into Monday.
+				w.setRange(0, to-minutesPerWeek)
+				to = minutesPerWeek
 			}
+			w.setRange(from, to)
 		}
 	}
 }
 
-// finish computes the edges once every element of the zone has been added.
+// merge covers the minutes of another weekly element of the same zone.
+func (w *weekly) merge(o *weekly) {
+	for i := range w.minutes {
+		w.minutes[i] |= o.minutes[i]
+	}
+}
+
+// setRange covers the minutes [from, to) of the week, a word at a time.
+func (w *weekly) setRange(from, to int) {
+	for from < to {
+		bit := from % 64
+		n := min(64-bit, to-from)
+		w.minutes[from/64] |= ^uint64(0) >> (64 - n) << bit
+		from += n
+	}
+}
+
+// finish computes the edges once every element of the zone has been added: the minutes
+// whose coverage differs from the minute before, found a word at a time.
 func (w *weekly) finish() {
-	for m := range minutesPerWeek {
-		if w.has(m) != w.has((m+minutesPerWeek-1)%minutesPerWeek) {
-			w.edges = append(w.edges, m)
+	w.edges = w.edges[:0]
+	const lastWord, lastBits = minutesPerWeek / 64, minutesPerWeek % 64
+	prev := w.has(minutesPerWeek - 1)
+	for i := 0; i <= lastWord; i++ {
+		x := w.minutes[i]
+		carry := uint64(0)
+		if prev {
+			carry = 1
+		}
+		changed := x ^ (x<<1 | carry)
+		if i == lastWord {
+			changed &= 1<<lastBits - 1
+		}
+		prev = x>>63 == 1
+		for changed != 0 {
+			b := bits.TrailingZeros64(changed)
+			w.edges = append(w.edges, i*64+b)
+			changed &= changed - 1
 		}
 	}
 }
 
-func (w *weekly) set(m int)      { w.minutes[m/64] |= 1 << (m % 64) }
 func (w *weekly) has(m int) bool { return w.minutes[m/64]&(1<<(m%64)) != 0 }
 
-// minuteOfWeek is the wall-clock minute of the week of a time already in its zone.
-func minuteOfWeek(lt time.Time) int {
-	return (int(lt.Weekday())+6)%7*minutesPerDay + lt.Hour()*60 + lt.Minute()
+// wallClock returns the wall-clock minute of the week of t in loc, and how far into
+// that minute t is. It reads the zone's offset once and counts from the Unix epoch (a
+// Thursday), rather than ask the time for its weekday, hour and minute, which reads
+// the offset at each question: recurring elements are evaluated at every step of a
+// search.
+func wallClock(t time.Time, loc *time.Location) (minute int, into time.Duration) {
+	_, offset := t.In(loc).Zone()
+	sec := t.Unix() + int64(offset)
+	const thursday = 3 * minutesPerDay
+	minutes := sec / 60
+	rest := sec - minutes*60
+	if rest < 0 {
+		minutes, rest = minutes-1, rest+60
+	}
+	m := (minutes + thursday) % minutesPerWeek
+	if m < 0 {
+		m += minutesPerWeek
+	}
+	return int(m), time.Duration(rest)*time.Second + time.Duration(t.Nanosecond())
 }
 
 func (w *weekly) contains(t time.Time) bool {
-	return w.has(minuteOfWeek(t.In(w.loc)))
+	m, _ := wallClock(t, w.loc)
+	return w.has(m)
 }
 
 // nextEdge returns the next instant at which the wall clock reaches one of the edges,
@@ -77,16 +130,15 @@ func (w *weekly) nextEdge(t time.Time) time.Time {
 	if len(w.edges) == 0 {
 		return time.Time{}
 	}
-	lt := t.In(w.loc)
-	m := minuteOfWeek(lt)
+	m, intoMinute := wallClock(t, w.loc)
 	var ahead int
 	if i := sort.SearchInts(w.edges, m+1); i < len(w.edges) {
 		ahead = w.edges[i] - m
 	} else {
 		ahead = w.edges[0] + minutesPerWeek - m
 	}
-	intoMinute := time.Duration(lt.Second())*time.Second + time.Duration(lt.Nanosecond())
 	next := t.Add(time.Duration(ahead)*time.Minute - intoMinute)
+	lt := t.In(w.loc)
 	if _, end := lt.ZoneBounds(); !end.IsZero() && !next.Before(end) {
 		return end
 	}

@@ -143,6 +143,10 @@ func TestNext(t *testing.T) {
 		{"inside an absolute range, its end", "2024-11-01T22:00:00Z-2024-11-22T05:00:00Z", "2024-11-10T10:00:00Z", "2024-11-22T05:00:00Z"},
 		{"after an absolute range, never", "2024-11-01T22:00:00Z-2024-11-22T05:00:00Z", "2024-11-22T05:00:00Z", ""},
 		{"until changes once", "until 2025-01-01T00:00:00Z", "2024-06-03T10:00:00Z", "2025-01-01T00:00:00Z"},
+		{"touching ranges are one range", "2024-11-02T00:00:00Z-2024-11-03T00:00:00Z, 2024-11-01T00:00:00Z-2024-11-02T00:00:00Z", "2024-11-01T10:00:00Z", "2024-11-03T00:00:00Z"},
+		{"a range inside another ends with the outer one", "2024-11-01T00:00:00Z-2024-11-10T00:00:00Z, 2024-11-02T00:00:00Z-2024-11-03T00:00:00Z", "2024-11-02T10:00:00Z", "2024-11-10T00:00:00Z"},
+		{"an until and a from that overlap cover all time", "until 2025-01-01T00:00:00Z, from 2024-06-01T00:00:00Z", "2024-06-03T10:00:00Z", ""},
+		{"an until and a later from leave a gap", "until 2024-06-01T00:00:00Z, from 2025-01-01T00:00:00Z", "2024-05-03T10:00:00Z", "2024-06-01T00:00:00Z"},
 		{"a holiday range bridges the weekend and ends at its end", "Mon-Fri 08:00-18:00 UTC, 2024-01-06T00:00:00Z-2024-01-08T00:00:00Z", "2024-01-06T00:00:00Z", "2024-01-08T00:00:00Z"},
 		{"working hours then a holiday range: the evening end first", "Mon-Fri 08:00-18:00 UTC, 2024-01-06T00:00:00Z-2024-01-08T00:00:00Z", "2024-01-05T17:00:00Z", "2024-01-05T18:00:00Z"},
 		{"an open-ended from range covering the rest of time never changes", "Mon-Sun 08:00-18:00 UTC, from 2024-01-05T17:00:00Z", "2024-01-05T10:00:00Z", ""},
@@ -213,7 +217,7 @@ func TestParseRejects(t *testing.T) {
 		{"three-digit minutes", "Mon-Fri 08:000-18:00 UTC", Defaults{}, []string{`"08:000" is not HH:MM`}},
 		{"a bad element after one that matches everything is still an error", "always, Mon-Fry 08:00-18:00 UTC", Defaults{}, []string{"element 2", `unknown weekday "Fry"`}},
 		{"every bad element is reported", "Mon-Fri 8:00-18:00 UTC, Sat-Sun 00:00-24:00 Nowhere", Defaults{}, []string{"element 1", `"8:00"`, "element 2", `"Nowhere"`}},
-		{"too many elements", strings.Repeat("always,", maxElements) + "always", Defaults{}, []string{"too many elements"}},
+		{"too many elements", strings.Repeat("always,", MaxElements) + "always", Defaults{}, []string{"too many elements"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -42,11 +43,18 @@ const (
 //     later, whatever the clocks say, since they saw it after it was sent. A member
 //     that cannot renew (a stalled connection, a dead API server) stops on time.
 //   - Slots change hands release-then-acquire, through the Leases. A member first
-//     stops its work on a slot it gives up (OnChange, then Drain), then publishes that
-//     it no longer claims it. A member that takes a slot first publishes its claim,
-//     then reads the ring again, and starts only if no other live member claims the
-//     slot. Two members racing for one slot cannot both start: each one's read comes
-//     after its own claim was written, so the later read sees the earlier claim.
+//     stops its work on a slot it gives up, waits for it to end and a safety margin
+//     more, then publishes that it no longer claims it. A member that takes a slot
+//     first publishes its claim, then reads the ring again, and starts only if no
+//     other live member claims the slot. Two members racing for one slot cannot both
+//     start: each one's read comes after its own claim was written, so the later read
+//     sees the earlier claim.
+//
+// The work on a slot runs under a context the member makes when it takes the slot
+// (Begin) and cancels itself: when it gives the slot up, and, from a timer that takes
+// no lock any other work holds, when its ownership lapses. A slot whose work was
+// cancelled stays claimed until that work ended (End) and the margin passed, so the
+// next owner never starts while it may still reach a bucket.
 //
 // Liveness is judged only by changes seen on the reader's clock: a Lease counts as
 // live for a lease duration after its resourceVersion was seen to change, or first
@@ -65,31 +73,38 @@ type Member struct {
 	LeaseDuration, RenewPeriod time.Duration
 	// Clock is this member's clock; nil means the real one.
 	Clock clock.WithTickerAndDelayedExecution
-	Log   logr.Logger
-	// OnChange, when set, is called after the worked-on set changed, with the old and
-	// the new set; calls never overlap and come in order. When the set shrinks, the
-	// work on the slots that left must stop: Drain is asked next.
-	OnChange func(old, owned Set)
-	// Drain, when set, returns once no work on the given slots runs any more, or ctx
-	// ends (then with ctx's error). The member publishes that it gave slots up only
-	// after Drain returned nil for them.
-	Drain func(ctx context.Context, slots Set) error
-	// OnLapse, when set, is called when the ownership lapsed, before OnChange: the
-	// others may take every slot from now on, so all work must stop at once, even
-	// what a release would let finish.
-	OnLapse func()
-
-	// notify serialises changes of the worked-on set with their OnChange and Drain
-	// calls (the renew loop and the expiry timer both change it).
-	notify sync.Mutex
+	// WallClock, when set, is the wall clock the ownership is also checked against
+	// (tests); nil means Clock's readings without their monotonic part.
+	WallClock clock.PassiveClock
+	Log       logr.Logger
+	// WorkContext, when set, makes the context a slot's work runs under (Begin) from
+	// the slot's two: ctx ends when the slot is given up or the ownership lapses;
+	// cleanup only when the ownership lapses (work that must finish once started, such
+	// as deleting a probe's canary, runs under it, and the slot stays claimed until it
+	// ended). It is called, under the member's lock, each time the slot is taken; it
+	// must not call the member.
+	WorkContext func(slot int, ctx, cleanup context.Context) context.Context
 
 	mu sync.Mutex
 	// owned is the set worked on, valid until validUntil; pending is claimed and not
-	// started; draining is given up and not yet drained.
-	owned, pending, draining Set
-	validUntil               time.Time
-	expiry                   clock.Timer
-	changed                  chan struct{} // closed and replaced at every change of owned
+	// started. draining was given up while the ownership held, and lapsed was worked on
+	// when the ownership lapsed: both stay claimed until their work ended and the margin
+	// passed (settleLocked); a draining slot may be taken back at once, a lapsed one is
+	// claimed afresh.
+	owned, pending, draining, lapsed Set
+	// validUntil is when the ownership lapses, on the monotonic clock Go measures
+	// durations with (the one expiry is armed on); validUntilWall the same instant on
+	// the wall clock. The monotonic clock stops while the machine is suspended, the wall
+	// clock does not: the ownership holds only while both say so.
+	validUntil, validUntilWall time.Time
+	expiry                     clock.Timer
+	changed                    chan struct{} // closed and replaced at every change of owned
+	// work is the contexts and running work of each slot; terms counts the times each
+	// slot was taken.
+	work  [Slots]slotWork
+	terms [Slots]uint32
+	// wake makes Start step at once: a slot given up may now be withdrawn.
+	wake chan struct{}
 	// published is what the Lease claimed at the last successful write;
 	// publishedPending the pending slots among them.
 	published, publishedPending Set
@@ -157,10 +172,8 @@ func (m *Member) NeedLeaderElection() bool { return false }
 // Owns reports whether this member works on a slot now: it owns it and its ownership
 // has not lapsed.
 func (m *Member) Owns(slot int) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.init()
-	return m.owned.Has(slot) && m.validLocked()
+	owned, _ := m.Owned()
+	return owned.Has(slot)
 }
 
 // OwnsUID reports whether this member works on the slot of an object UID now.
@@ -169,12 +182,12 @@ func (m *Member) OwnsUID(uid types.UID) bool { return m.Owns(SlotOf(uid)) }
 // Owned returns the slots worked on now and a channel closed at their next change.
 func (m *Member) Owned() (Set, <-chan struct{}) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.init()
-	if !m.validLocked() {
-		return 0, m.changed
-	}
-	return m.owned, m.changed
+	lapsed := m.expireIfDueLocked()
+	owned, changed := m.owned, m.changed
+	m.mu.Unlock()
+	m.logLapse(lapsed)
+	return owned, changed
 }
 
 // ValidUntil returns when this member's ownership lapses unless it renews, on its
@@ -189,13 +202,26 @@ func (m *Member) init() {
 	if m.changed == nil {
 		m.changed = make(chan struct{})
 		m.seen = map[string]observation{}
+		m.wake = make(chan struct{}, 1)
 	}
 	if m.Clock == nil {
 		m.Clock = clock.RealClock{}
 	}
 }
 
-func (m *Member) validLocked() bool { return m.Clock.Now().Before(m.validUntil) }
+// validLocked reports whether the ownership holds now: by the monotonic clock, and by
+// the wall clock, which a suspend of the machine (a VM's, a laptop's) does not stop.
+func (m *Member) validLocked() bool {
+	return m.Clock.Now().Before(m.validUntil) && m.wall().Before(m.validUntilWall)
+}
+
+// wall reads the wall clock.
+func (m *Member) wall() time.Time {
+	if m.WallClock != nil {
+		return m.WallClock.Now()
+	}
+	return m.Clock.Now().Round(0)
+}
 
 // Start renews the Lease and recomputes the slots every RenewPeriod until ctx ends,
 // then stops the work on every slot and deletes the Lease, so the others take over
@@ -223,6 +249,7 @@ func (m *Member) Start(ctx context.Context) error {
 			}
 			return nil
 		case <-tick.C():
+		case <-m.wake:
 		}
 	}
 }
@@ -242,7 +269,7 @@ func (m *Member) step(ctx context.Context) {
 			m.Log.Error(err, "list shard leases")
 			return
 		}
-		m.apply(ctx, v)
+		m.apply(v)
 		if !m.unpublished() {
 			return
 		}
@@ -269,10 +296,11 @@ type Gain struct {
 	// this member's reads failed: it reaches back to the read before, plus two renew
 	// periods. When the previous claimant gave the slot up while live (or left,
 	// deleting its Lease), it reaches back to the last read that still showed its
-	// claim, plus two renew periods: it stops, drains (within a period), then publishes
-	// (a call within a period). When the previous claimant's Lease expired (a crash, a
-	// stall), it reaches back to the last change of that Lease this member saw, plus
-	// two renew periods: the claimant may have died right after that renewal.
+	// claim, plus two renew periods and the margin: it stops, waits for its work to end
+	// and the margin, then publishes (a call within a period). When the previous
+	// claimant's Lease expired (a crash, a stall), it reaches back to the last change of
+	// that Lease this member saw, plus two renew periods: the claimant may have died
+	// right after that renewal.
 	Window time.Duration
 }
 
@@ -369,13 +397,13 @@ func claimsOf(l *coordinationv1.Lease) Set {
 }
 
 // apply takes what a read found: starts on the claimed slots no one else claims,
-// stops the work on slots that are no longer this member's (and drains it), and
-// claims the slots of its share that no one claims.
-func (m *Member) apply(ctx context.Context, v view) {
-	m.notify.Lock()
-	defer m.notify.Unlock()
+// stops the work on slots that are no longer this member's (they stay claimed while it
+// drains), and claims the slots of its share that no one claims.
+func (m *Member) apply(v view) {
 	m.mu.Lock()
 	now := m.Clock.Now()
+	lapsed := m.expireIfDueLocked()
+	m.settleLocked(now)
 	target := Set(0)
 	if m.validLocked() {
 		target = Assign(v.members)[m.Identity]
@@ -383,7 +411,7 @@ func (m *Member) apply(ctx context.Context, v view) {
 	// Start only on what was claimed in a write before this read, and that no one
 	// else claims in it.
 	start := m.pending & m.publishedPending & target &^ v.claims
-	// A slot given up but still claimed (its work draining) that comes back is never
+	// A slot given up but still claimed (its work draining) that comes back was never
 	// out of this member's hands: take it again.
 	back := m.draining & target
 	release := m.owned &^ target
@@ -391,9 +419,15 @@ func (m *Member) apply(ctx context.Context, v view) {
 	m.draining = (m.draining &^ back) | release
 	m.pending = (m.pending &^ start &^ v.claims) & target
 	if m.validLocked() {
-		m.pending |= target &^ owned &^ m.pending &^ m.draining &^ v.claims
+		m.pending |= target &^ owned &^ m.pending &^ m.draining &^ m.lapsed &^ v.claims
 	}
 	for slot := range Slots {
+		switch {
+		case release.Has(slot):
+			m.stopLocked(slot, now, false)
+		case start.Has(slot), back.Has(slot):
+			m.openLocked(slot)
+		}
 		if !start.Has(slot) {
 			continue
 		}
@@ -407,16 +441,15 @@ func (m *Member) apply(ctx context.Context, v view) {
 		case v.expired[last.by]:
 			g.Window = now.Sub(last.changed) + 2*m.RenewPeriod
 		default:
-			g.Window = now.Sub(last.read) + 2*m.RenewPeriod
+			g.Window = now.Sub(last.read) + 2*m.RenewPeriod + m.safetyMargin()
 		}
 		m.gained[slot] = g
 	}
 	old := m.setOwnedLocked(owned)
-	draining := m.draining
 	m.mu.Unlock()
-	m.changedFrom(old, owned, v.members)
-	if draining != 0 {
-		m.drain(ctx, draining)
+	m.logLapse(lapsed)
+	if old != owned {
+		m.Log.Info("owned shard slots changed", "slots", owned.String(), "count", owned.Len(), "members", v.members)
 	}
 }
 
@@ -425,39 +458,15 @@ func (m *Member) setOwnedLocked(owned Set) Set {
 	old := m.owned
 	if old != owned {
 		m.owned = owned
-		close(m.changed)
-		m.changed = make(chan struct{})
+		m.signalLocked()
 	}
 	return old
 }
 
-// changedFrom logs and reports a change of the worked-on set. Call with notify held.
-func (m *Member) changedFrom(old, owned Set, members []string) {
-	if old == owned {
-		return
-	}
-	m.Log.Info("owned shard slots changed", "slots", owned.String(), "count", owned.Len(), "members", members)
-	if m.OnChange != nil {
-		m.OnChange(old, owned)
-	}
-}
-
-// drain waits for the work on slots given up to end, at most one renew period, and
-// stops claiming those that drained. Call with notify held.
-func (m *Member) drain(ctx context.Context, slots Set) {
-	if m.Drain != nil {
-		dctx, cancel := context.WithTimeout(ctx, m.RenewPeriod)
-		err := m.Drain(dctx, slots)
-		cancel()
-		if err != nil {
-			m.Log.Info("work on given-up shard slots is still running; they stay claimed until it ends",
-				"slots", slots.String(), "reason", err.Error())
-			return
-		}
-	}
-	m.mu.Lock()
-	m.draining &^= slots
-	m.mu.Unlock()
+// signalLocked closes the channel Owned returned, and makes a new one.
+func (m *Member) signalLocked() {
+	close(m.changed)
+	m.changed = make(chan struct{})
 }
 
 // unpublished reports whether the Lease does not say yet what this member claims.
@@ -467,18 +476,22 @@ func (m *Member) unpublished() bool {
 	return m.claimsLocked() != m.published || m.owned.String() != m.publishedSlots || m.pending != m.publishedPending
 }
 
-func (m *Member) claimsLocked() Set { return m.owned | m.pending | m.draining }
+func (m *Member) claimsLocked() Set { return m.owned | m.pending | m.draining | m.lapsed }
 
 // publish writes this member's Lease: renews it and publishes the claims. A write
 // that succeeds extends the ownership to when it was sent plus the lease duration
 // minus the margin, if the ownership still held when the answer came; if it had
-// lapsed, the slots were dropped at that moment and are claimed afresh.
+// lapsed, the slots worked on were stopped at that moment, stay claimed until their
+// work ended, and are claimed afresh after that.
 func (m *Member) publish(ctx context.Context) error {
 	m.mu.Lock()
 	m.init()
+	lapsed := m.expireIfDueLocked()
+	m.settleLocked(m.Clock.Now())
 	claims, pending, slots := m.claimsLocked(), m.pending, m.owned.String()
 	m.mu.Unlock()
-	sent := m.Clock.Now()
+	m.logLapse(lapsed)
+	sent, sentWall := m.Clock.Now(), m.wall()
 	if err := m.write(ctx, claims, slots, sent); err != nil {
 		// The write may still have landed, or not: until one succeeds, what the Lease
 		// claims is unknown, and no pending slot may start.
@@ -487,22 +500,16 @@ func (m *Member) publish(ctx context.Context) error {
 		m.mu.Unlock()
 		return err
 	}
-	m.notify.Lock()
-	defer m.notify.Unlock()
 	m.mu.Lock()
-	lapsed := !m.validUntil.IsZero() && !m.validLocked()
-	var old Set
-	if lapsed {
-		old = m.dropLocked()
-		pending = 0
-	}
+	lapsed = m.expireIfDueLocked()
+	// A lapse during the write dropped the pending slots: they are claimed afresh.
+	pending &= m.pending
 	m.validUntil = sent.Add(m.LeaseDuration - m.safetyMargin())
+	m.validUntilWall = sentWall.Add(m.LeaseDuration - m.safetyMargin())
 	m.published, m.publishedPending, m.publishedSlots = claims, pending, slots
 	m.armExpiryLocked()
 	m.mu.Unlock()
-	if lapsed {
-		m.lapsed(old)
-	}
+	m.logLapse(lapsed)
 	return nil
 }
 
@@ -517,7 +524,7 @@ func (m *Member) write(ctx context.Context, claims Set, slots string, now time.T
 		return f(cctx)
 	}
 	if m.lease == nil {
-		seconds := int32(m.LeaseDuration.Seconds())
+		seconds := publishedSeconds(m.LeaseDuration)
 		l := &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: m.LeaseName(), Namespace: m.Namespace,
@@ -577,59 +584,6 @@ func (m *Member) write(ctx context.Context, claims Set, slots string, now time.T
 	return nil
 }
 
-// dropLocked gives up everything: the ownership lapsed, so the others may already
-// have taken the slots. It returns the old worked-on set.
-func (m *Member) dropLocked() Set {
-	m.pending, m.draining, m.publishedPending = 0, 0, 0
-	return m.setOwnedLocked(0)
-}
-
-// lapsed reports a lapse of the ownership. Call with notify held.
-func (m *Member) lapsed(old Set) {
-	if m.OnLapse != nil {
-		m.OnLapse()
-	}
-	if old == 0 {
-		return
-	}
-	m.Log.Info("shard ownership lapsed: the Lease was not renewed in time; stopped working on every slot",
-		"slots", old.String())
-	if m.OnChange != nil {
-		m.OnChange(old, 0)
-	}
-}
-
-// armExpiryLocked makes the worked-on set drop when the ownership lapses, so running
-// work is stopped on time even while a renewal hangs.
-func (m *Member) armExpiryLocked() {
-	if m.expiry != nil {
-		m.expiry.Stop()
-	}
-	m.expiry = m.Clock.AfterFunc(m.validUntil.Sub(m.Clock.Now()), m.expire)
-}
-
-func (m *Member) stopExpiry() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.expiry != nil {
-		m.expiry.Stop()
-	}
-}
-
-// expire drops the slots if the ownership lapsed (a renewal may have come first).
-func (m *Member) expire() {
-	m.notify.Lock()
-	defer m.notify.Unlock()
-	m.mu.Lock()
-	if m.validUntil.IsZero() || m.validLocked() {
-		m.mu.Unlock()
-		return
-	}
-	old := m.dropLocked()
-	m.mu.Unlock()
-	m.lapsed(old)
-}
-
 // staleAfter is how many lease durations a dead member's Lease stays before a live
 // member deletes it: every pod name gets its own Lease, so Leases of replaced pods
 // would otherwise pile up.
@@ -648,6 +602,14 @@ func (m *Member) collect(ctx context.Context, l *coordinationv1.Lease) {
 	}
 }
 
+// publishedSeconds is the lease duration a member publishes on its Lease, in the whole
+// seconds the field holds: rounded up, so that the others, counting it out that long
+// after they saw it change, never do so before its own ownership ended (2.9 s
+// published as 2 would let them take its slots while it still works on them).
+func publishedSeconds(d time.Duration) int32 {
+	return int32(min(math.Ceil(d.Seconds()), math.MaxInt32))
+}
+
 func leaseDuration(l *coordinationv1.Lease, fallback time.Duration) time.Duration {
 	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
 		return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
@@ -655,37 +617,40 @@ func leaseDuration(l *coordinationv1.Lease, fallback time.Duration) time.Duratio
 	return fallback
 }
 
-// leave stops the work on every slot, waits for it to end, and deletes the Lease so
-// the others take over at once. Work that does not end within a renew period keeps
-// the Lease in place: the others take over when it expires.
+// leave stops the work on every slot, waits for it to end and the margin, and deletes
+// the Lease so the others take over at once. Work that does not end within a renew
+// period keeps the Lease in place: the others take over when it expires.
 func (m *Member) leave() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), m.RenewPeriod+m.safetyMargin()+time.Second)
 	defer cancel()
-	m.notify.Lock()
 	m.mu.Lock()
-	release := m.claimsLocked()
+	now := m.Clock.Now()
+	m.expireIfDueLocked()
+	for slot := range Slots {
+		if m.owned.Has(slot) {
+			m.stopLocked(slot, now, false)
+		}
+	}
+	m.draining |= m.owned
 	m.pending = 0
 	old := m.setOwnedLocked(0)
-	m.draining = release
 	m.mu.Unlock()
-	m.changedFrom(old, 0, nil)
-	if release != 0 {
-		m.drain(ctx, release)
+	if old != 0 {
+		m.Log.Info("owned shard slots changed", "slots", "", "count", 0, "members", nil)
 	}
-	m.mu.Lock()
-	drained := m.draining == 0
-	m.mu.Unlock()
-	m.notify.Unlock()
+	settled := m.awaitSettled(ctx)
 	if m.lease == nil {
 		return
 	}
-	if !drained {
+	if !settled {
 		m.Log.Info("left the shard ring with work still running; the others take over when the Lease expires", "lease", m.LeaseName())
 		return
 	}
 	// Only this member writes its Lease; the UID keeps a later incarnation of the name.
 	uid := m.lease.UID
-	err := m.Leases.Leases(m.Namespace).Delete(ctx, m.lease.Name,
+	dctx, dcancel := context.WithTimeout(context.Background(), m.RenewPeriod)
+	defer dcancel()
+	err := m.Leases.Leases(m.Namespace).Delete(dctx, m.lease.Name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		m.Log.Error(err, "delete shard lease on shutdown; the others take over when it expires")

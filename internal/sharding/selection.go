@@ -42,10 +42,15 @@ func ServerSideSupported(ctx context.Context, c metadata.Interface, resource sch
 // again with the new selector: objects of new slots arrive as additions, objects of
 // slots given away as deletions.
 //
-// A list and the watch that continues from it use one snapshot of the slots, taken at
-// the list: a watch opened after the slots changed would otherwise continue a list of
-// other slots, and the objects of the new ones would stay unseen until a later relist.
-// Such a watch ends at once, and the informer lists again.
+// What the informer holds was listed with one snapshot of the slots, and every watch
+// that continues it must use that snapshot's selector: a watch opened with a newer one
+// would continue a list of other slots, and the objects of the new ones would stay
+// unseen until a later relist. The snapshot is taken where the informer lists: at a
+// LIST, or at a watch that streams the list itself (sendInitialEvents, what client-go
+// v0.37's reflectors do by default). A watch that continues from a resourceVersion (after a watch
+// ended: the server's timeout, a 429, an API server restart) uses the snapshot of the
+// last list; when there is none, or the slots changed since, it is answered "expired"
+// and the informer lists again.
 //
 // Used only when ServerSideSupported; otherwise the informer holds every object and
 // the controller filters with the same slot function.
@@ -54,13 +59,23 @@ type Narrowed struct {
 	Inner  cache.ListerWatcherWithContext
 
 	mu     sync.Mutex
-	listed *snapshot // the slots of the last list
+	listed *snapshot // the slots of the last list, streamed or not
 }
 
 // snapshot is the owned set at one instant and the channel closed at its next change.
 type snapshot struct {
 	owned   Set
 	changed <-chan struct{}
+}
+
+// current reports whether the slots are still those of the snapshot.
+func (s *snapshot) current() bool {
+	select {
+	case <-s.changed:
+		return false
+	default:
+		return true
+	}
 }
 
 var (
@@ -82,23 +97,26 @@ func (n *Narrowed) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 // ListWithContext lists the objects of the owned slots and keeps the snapshot for the
 // watch that follows.
 func (n *Narrowed) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	s := n.snapshot()
-	n.mu.Lock()
-	n.listed = &s
-	n.mu.Unlock()
+	s := n.list()
 	opts.ShardSelector = s.owned.Selector()
 	return n.Inner.ListWithContext(ctx, opts)
 }
 
-// WatchWithContext watches the objects of the slots of the last list (of now, for a
-// watch that lists itself: sendInitialEvents) until they change.
+// WatchWithContext watches the objects of the owned slots until they change: a watch
+// that lists itself (sendInitialEvents) those of now, keeping the snapshot as a list
+// does; one that continues a list those of that list, or, when they changed since, none
+// ("expired", so that the informer lists again).
 func (n *Narrowed) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	n.mu.Lock()
-	s := n.listed
-	n.mu.Unlock()
-	if s == nil || (opts.SendInitialEvents != nil && *opts.SendInitialEvents) {
-		fresh := n.snapshot()
-		s = &fresh
+	var s *snapshot
+	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+		s = n.list()
+	} else {
+		n.mu.Lock()
+		s = n.listed
+		n.mu.Unlock()
+		if s == nil || !s.current() {
+			return nil, apierrors.NewResourceExpired("the owned shard slots changed since the last list")
+		}
 	}
 	opts.ShardSelector = s.owned.Selector()
 	w, err := n.Inner.WatchWithContext(ctx, opts)
@@ -108,15 +126,20 @@ func (n *Narrowed) WatchWithContext(ctx context.Context, opts metav1.ListOptions
 	return newEndingWatch(w, s.changed), nil
 }
 
+// list takes and keeps the snapshot of a list.
+func (n *Narrowed) list() *snapshot {
+	owned, changed := n.Member.Owned()
+	s := &snapshot{owned: owned, changed: changed}
+	n.mu.Lock()
+	n.listed = s
+	n.mu.Unlock()
+	return s
+}
+
 // IsWatchListSemanticsUnSupported passes on what the wrapped ListerWatcher says about
 // watch-list streams.
 func (n *Narrowed) IsWatchListSemanticsUnSupported() bool {
 	return watchlist.DoesClientNotSupportWatchListSemantics(n.Inner)
-}
-
-func (n *Narrowed) snapshot() snapshot {
-	owned, changed := n.Member.Owned()
-	return snapshot{owned: owned, changed: changed}
 }
 
 // endingWatch forwards a watch until a channel closes, then sends an "expired" error

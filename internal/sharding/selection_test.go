@@ -3,11 +3,13 @@ package sharding
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -101,12 +103,11 @@ func TestServerSideShardingIsDetectedAndListsOnlyTheOwnedSlots(t *testing.T) {
 
 // setOwned makes m work on owned for the next hour, as a ring would.
 func setOwned(m *Member, owned Set) {
-	m.notify.Lock()
-	defer m.notify.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.init()
 	m.validUntil = m.Clock.Now().Add(time.Hour)
+	m.validUntilWall = m.wall().Add(time.Hour)
 	m.setOwnedLocked(owned)
 }
 
@@ -171,6 +172,104 @@ func TestAChangeBetweenListAndWatchIsNotMissed(t *testing.T) {
 		t.Errorf("the informer listed %d times; the slots changed after the first list", lists.Load())
 	}
 }
+
+// A ring change between the end of an informer's streamed list (its watch-list stream,
+// client-go's default) and the watch that continues it must not leave the objects of
+// the new slots unseen. Here the stream's watch ends normally (the API server's watch
+// timeout), the next watch is answered 429 (the reflector waits and watches again from
+// the same resourceVersion, without listing), and the slots change meanwhile: the watch
+// after that must not continue the stream's list with the new slots' selector, but make
+// the informer list them.
+func TestAChangeAfterAWatchListStreamEndedIsNotMissed(t *testing.T) {
+	skipWithoutShardedListAndWatch(t)
+	env := startAPIServer(t, true)
+	ctx := t.Context()
+	mc := metadata.NewForConfigOrDie(env.Config)
+	uids := createBuckets(t, env, 120)
+	first, second := Set(0x0000_0000_ffff_ffff), Set(0xffff_ffff_0000_0000)
+	m := &Member{}
+	setOwned(m, first)
+	endStream := make(chan struct{})
+	var watches atomic.Int32
+	var streamed atomic.Bool
+	lw := &Narrowed{Member: m, Inner: cache.ToListerWatcherWithContext(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return mc.Resource(storageBuckets).Namespace("").List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			switch watches.Add(1) {
+			case 1:
+				streamed.Store(o.SendInitialEvents != nil && *o.SendInitialEvents)
+				w, err := mc.Resource(storageBuckets).Namespace("").Watch(ctx, o)
+				if err != nil {
+					return nil, err
+				}
+				return endsWhen(w, endStream), nil
+			case 2:
+				// The ring moves on while the API server turns the watch away.
+				setOwned(m, second)
+				return nil, apierrors.NewTooManyRequests("the test's API server is busy", 1)
+			}
+			return mc.Resource(storageBuckets).Namespace("").Watch(ctx, o)
+		},
+	})}
+	inf := cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+	go inf.RunWithContext(ctx)
+	awaitHolding(t, inf, uids, first, 20*time.Second)
+	if !streamed.Load() {
+		t.Fatal("the informer listed with a LIST rather than a watch-list stream; this case is about the stream")
+	}
+	// A watch that ends within a second of its start without an event is taken for a
+	// broken one and makes the reflector list again: let the stream live longer.
+	time.Sleep(2 * time.Second)
+	close(endStream)
+	awaitHolding(t, inf, uids, second, 30*time.Second)
+	if watches.Load() < 3 {
+		t.Errorf("the informer watched %d times; the stream ended, and a watch was turned away", watches.Load())
+	}
+}
+
+// endingStream forwards a watch's events until end is closed, then ends without an
+// error, as a watch the API server closes at its timeout does.
+type endingStream struct {
+	inner watch.Interface
+	out   chan watch.Event
+	stop  chan struct{}
+	once  sync.Once
+}
+
+func endsWhen(w watch.Interface, end <-chan struct{}) watch.Interface {
+	s := &endingStream{inner: w, out: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(s.out)
+		defer w.Stop()
+		for {
+			var e watch.Event
+			var ok bool
+			select {
+			case <-end:
+				return
+			case <-s.stop:
+				return
+			case e, ok = <-w.ResultChan():
+				if !ok {
+					return
+				}
+			}
+			select {
+			case s.out <- e:
+			case <-end:
+				return
+			case <-s.stop:
+				return
+			}
+		}
+	}()
+	return s
+}
+
+func (s *endingStream) ResultChan() <-chan watch.Event { return s.out }
+func (s *endingStream) Stop()                          { s.once.Do(func() { close(s.stop) }) }
 
 // listThenWatch makes a reflector list and then watch, as it does when the API server
 // refuses a watch-list stream.

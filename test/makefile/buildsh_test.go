@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
@@ -22,12 +23,25 @@ build)
 		echo "k8s.io/sample-controller@v0.36.5: reading https://proxy.golang.org/k8s.io/sample-controller/@v/v0.36.5.zip: 403 Forbidden" >&2
 		exit 1
 	fi
-	while [[ $# -gt 0 ]]; do [[ $1 == -o ]] && { echo built >"$2"; }; shift; done ;;
+	sleep "${FAKE_GO_SLEEP:-0}"
+	out= pkgs=()
+	shift
+	while [[ $# -gt 0 ]]; do
+		case $1 in -o) out=$2; shift ;; -tags | -ldflags) shift ;; -*) ;; *) pkgs+=("$1") ;; esac
+		shift
+	done
+	for p in "${pkgs[@]}"; do
+		echo "$p"
+		n=${p##*/}
+		[[ $n =~ ^v[0-9]+$ ]] && { p=${p%/*}; n=${p##*/}; }
+		if [[ $out == */ ]]; then echo built >"$out$n"; else echo built >"$out"; fi
+	done ;;
 esac
 `
 
 // buildScript copies build.sh and the tool modules into a scratch tree (so the tools it
-// links land in that tree's bin/), with a fake go command first on PATH.
+// links land in that tree's bin/), with a fake go command first on PATH. run builds the
+// peers set; a first argument starting with "--" is passed to build.sh before it.
 func buildScript(t *testing.T) (run func(env ...string) (string, error), root, cache string) {
 	t.Helper()
 	repo, err := tools.RepoRoot()
@@ -53,7 +67,11 @@ func buildScript(t *testing.T) (run func(env ...string) (string, error), root, c
 		t.Fatal(err)
 	}
 	run = func(env ...string) (string, error) {
-		cmd := exec.Command(filepath.Join(root, "hack/tools/build.sh"), "peers")
+		args := []string{"peers"}
+		if len(env) > 0 && strings.HasPrefix(env[0], "--") {
+			args, env = append([]string{env[0]}, args...), env[1:]
+		}
+		cmd := exec.Command(filepath.Join(root, "hack/tools/build.sh"), args...)
 		cmd.Env = append(os.Environ(), append(env, "PATH="+fakeBin+":"+os.Getenv("PATH"), "PHALANKS_TOOLS_CACHE="+cache)...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
@@ -131,5 +149,63 @@ func TestEveryToolSetHasAMakeTarget(t *testing.T) {
 			}
 			t.Errorf("make tools-%s does not run hack/tools/build.sh with set %s; it runs:\n%s", set, set, strings.Join(lines, "\n"))
 		})
+	}
+}
+
+// A background build returns at once, leaves a marker for each binary until it is done,
+// and a command that then needs the set waits for it (raising it to normal priority),
+// links it and says once that it was built in the background.
+func TestABackgroundBuildIsWaitedForByWhatNeedsIt(t *testing.T) {
+	run, root, cache := buildScript(t)
+	out, err := run("--background", "FAKE_GO_SLEEP=3")
+	if err != nil {
+		t.Fatalf("--background: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "building peers in the background") {
+		t.Errorf("--background did not say what it builds:\n%s", out)
+	}
+	if data, err := os.ReadFile(filepath.Join(root, "bin", ".building", "sample-controller")); err != nil || strings.TrimSpace(string(data)) != "peers" {
+		t.Errorf("no marker naming the set for the binary under way: %q, %v", data, err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "bin", "sample-controller")); err == nil {
+		t.Fatal("--background waited for the build")
+	}
+	// The background build holds the set once it has started building it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(cache, ".background-peers")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(cache, "background.log"))
+			t.Fatalf("the background build never started building peers:\n%s", log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	out, err = run()
+	if err != nil {
+		t.Fatalf("the foreground build: %v\n%s", err, out)
+	}
+	for _, want := range []string{"waiting for peers, which a background build is making", "tools: [background] peers built in"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the foreground build's output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "tools:   sample-controller") {
+		t.Errorf("the foreground built the set again:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(root, "bin", "sample-controller")); err != nil {
+		t.Errorf("the set is not linked after the wait: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "bin", ".building", "sample-controller")); err == nil {
+		t.Error("the marker outlived the build")
+	}
+	if out, _ = run(); strings.Contains(out, "[background]") {
+		t.Errorf("the background build was reported twice:\n%s", out)
+	}
+	log, _ := os.ReadFile(filepath.Join(cache, "background.log"))
+	if !strings.Contains(string(log), "peers built in") {
+		t.Errorf("background.log lacks the build:\n%s", log)
 	}
 }

@@ -66,26 +66,32 @@ func (c *checker) check(target string) ([]string, error) {
 	}
 	provided := map[string]bool{}
 	built := map[string]bool{}            // tool sets a prerequisite built
+	later := map[string]bool{}            // tools and sets a prerequisite builds in the background
 	compiled := map[string]goInvocation{} // test binaries built by go test -c
 	var problems []string
 	// kubeSet is the versioned kube set (tools.EnvKubeTools) a command selects, if any:
 	// its Kubernetes binaries come from that set only. One it does not provide (a
 	// kubelet: the real node runs at the default version only) cannot be built for such
 	// a run; tools.Path fails on it with that explanation, should a suite reach it.
-	need := func(tool, what, kubeSet string) {
+	// A Go program's lookup (tools.Path) waits for a tool a background build is making; a
+	// recipe that runs the binary itself does not.
+	need := func(tool, what, kubeSet string, lookup bool) {
 		if kubeSet != "" && tools.IsKubeBinary(tool) {
-			if contains(c.sets[kubeSet], tool) && !built[kubeSet] {
+			if contains(c.sets[kubeSet], tool) && !built[kubeSet] && !(lookup && later[kubeSet]) {
 				problems = append(problems, fmt.Sprintf("%s uses %s of %s=%s before any prerequisite builds it (add set %q to TOOLS_%s)",
 					what, tool, tools.EnvKubeTools, kubeSet, kubeSet, target))
 			}
 			return
 		}
-		if provided[tool] {
+		if provided[tool] || (lookup && later[tool]) {
 			return
 		}
 		hint := "no tool set provides it"
 		if set, ok := c.owner[tool]; ok {
 			hint = fmt.Sprintf("add set %q to TOOLS_%s", set, target)
+		}
+		if later[tool] {
+			hint = "only a background build makes it, which a recipe does not wait for: take its set out of TOOLS_LATER_" + target
 		}
 		problems = append(problems, fmt.Sprintf("%s uses %s before any prerequisite builds it (%s)", what, tool, hint))
 	}
@@ -100,7 +106,7 @@ func (c *checker) check(target string) ([]string, error) {
 		}
 		problems = append(problems, bad...)
 		for _, u := range uses {
-			need(u.tool, fmt.Sprintf("%s (tools.Path at %s)", what, c.rel(u.at)), kubeSet)
+			need(u.tool, fmt.Sprintf("%s (tools.Path at %s)", what, c.rel(u.at)), kubeSet, true)
 		}
 		return nil
 	}
@@ -117,7 +123,11 @@ func (c *checker) check(target string) ([]string, error) {
 			name := words[0]
 			switch {
 			case strings.HasSuffix(name, "hack/tools/build.sh"):
-				c.provide(provided, built, words[1:])
+				if len(words) > 1 && words[1] == "--background" {
+					c.provide(later, later, words[2:])
+				} else {
+					c.provide(provided, built, words[1:])
+				}
 			case name == "go":
 				inv, ok := parseGo(words)
 				if !ok {
@@ -148,7 +158,7 @@ func (c *checker) check(target string) ([]string, error) {
 				if bin == "" {
 					continue
 				}
-				need(bin, "the recipe line `"+line+"`", "")
+				need(bin, "the recipe line `"+line+"`", "", false)
 				if inv, ok := compiled[bin]; ok {
 					if err := needProgram(inv, true, "bin/"+bin, kubeSet); err != nil {
 						return nil, err
@@ -338,4 +348,36 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// A background build is waited for by a program's tools.Path lookup, not by a recipe
+// that runs the binary itself: make plugin-dist runs validate-krew-manifest, so its krew
+// set cannot be left to the background.
+func TestCatchesARecipeRunningABackgroundBuiltTool(t *testing.T) {
+	c := newChecker(t)
+	data, err := os.ReadFile(filepath.Join(c.root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^TOOLS_plugin-dist := krew$`).Match(data) {
+		t.Fatal("the Makefile has no TOOLS_plugin-dist line to build on")
+	}
+	broken := append(data, []byte("\nTOOLS_LATER_plugin-dist := krew\n")...)
+	c.makefile = filepath.Join(t.TempDir(), "Makefile")
+	if err := os.WriteFile(c.makefile, broken, 0o600); err != nil { //nolint:gosec // G703: a file in the test's temporary directory
+		t.Fatal(err)
+	}
+	problems, err := c.check("plugin-dist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range problems {
+		if strings.Contains(p, "uses validate-krew-manifest") && strings.Contains(p, "only a background build makes it") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("plugin-dist with krew in the background: want a problem naming validate-krew-manifest, got %q", problems)
+	}
 }

@@ -481,7 +481,7 @@ func templateProblems(ctx context.Context, out string, tmplData []byte, cfg *dec
 func yamllint(ctx context.Context, out string) ([]Finding, error) {
 	bin, err := exec.LookPath("yamllint")
 	if err != nil {
-		return nil, errors.New("yamllint not found: install Debian's yamllint (make operatorhub does)")
+		return nil, errors.New("yamllint not found: install Debian's yamllint (make operatorhub and make test install it)")
 	}
 	cfg := filepath.Join(out, ".yamllint")
 	if err := os.WriteFile(cfg, yamllintConfig, 0o600); err != nil {

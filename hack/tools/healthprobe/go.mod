@@ -5,6 +5,8 @@ module github.com/phalanks/phalanks-operator/hack/tools/healthprobe
 
 go 1.26.3
 
+toolchain go1.26.11
+
 tool github.com/grpc-ecosystem/grpc-health-probe
 
 require (

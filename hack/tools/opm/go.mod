@@ -9,6 +9,8 @@ module github.com/phalanks/phalanks-operator/hack/tools/opm
 
 go 1.26.3
 
+toolchain go1.26.11
+
 godebug default=go1.26
 
 tool github.com/operator-framework/operator-registry/cmd/opm

@@ -2,6 +2,7 @@ package scaling_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,7 +49,8 @@ func jobsOf(cj *batchv1.CronJob) func(Gomega) []string {
 	}
 }
 
-// TestASuspendedCronJobCreatesNoJobs gives a namespace a downtime and checks with
+// TestASuspendedCronJobCreatesNoJobs gives a namespace a downtime, which reaches its
+// CronJobs once --default-scaling-kinds names them, and checks with
 // kube-controller-manager's CronJob controller that its CronJob, which runs every
 // minute, is suspended and creates no Job through a minute boundary, then that Jobs
 // come again after the restore. A CronJob the user had suspended stays suspended, and
@@ -56,7 +58,7 @@ func jobsOf(cj *batchv1.CronJob) func(Gomega) []string {
 func TestASuspendedCronJobCreatesNoJobs(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t, nil)
-	startOperator(t, scaling.Options{})
+	startOperator(t, scaling.Options{DefaultKinds: append(slices.Clone(scaling.DefaultScalingKinds), "cronjobs.batch")})
 	spec, next := downtimeForAnHour()
 	every := newCronJob(t, ns, "every-minute", false, nil)
 	paused := newCronJob(t, ns, "paused-by-user", true, nil)

@@ -41,8 +41,10 @@ func rangeLater() string {
 // TestAHolidayCalendarIsSharedAndAChangeRedecidesEveryWorkloadThatUsesIt names a
 // calendar in two namespaces' workloads before it exists (an InvalidSchedule warning
 // names it), creates it in the operator's namespace with a holiday now (both scale
-// down at once), moves the holiday (both come back), breaks it (the warning names the
-// calendar and the entry), and shadows it in one namespace.
+// down at once), moves the holiday (both come back), breaks it and deletes it during a
+// holiday (both come back, with the warning: a schedule that cannot be read counts as
+// none), and has a tenant's calendar of the same name shadow it only once the
+// Namespace says so.
 func TestAHolidayCalendarIsSharedAndAChangeRedecidesEveryWorkloadThatUsesIt(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -55,6 +57,11 @@ func TestAHolidayCalendarIsSharedAndAChangeRedecidesEveryWorkloadThatUsesIt(t *t
 	replicas := func(d *appsv1.Deployment) func(Gomega) int32 {
 		return func(g Gomega) int32 { return ptr.Deref(live(d)(g).Spec.Replicas, -1) }
 	}
+	both := func(a, b int32, why string) {
+		t.Helper()
+		g.Eventually(replicas(webA)).WithTimeout(timeout).Should(BeEquivalentTo(a), why)
+		g.Eventually(replicas(webB)).WithTimeout(timeout).Should(BeEquivalentTo(b), why)
+	}
 
 	for _, w := range []*appsv1.Deployment{webA, webB} {
 		g.Eventually(notes(w, scaling.ReasonInvalidSchedule)).WithTimeout(timeout).Should(ContainElement(ContainSubstring(
@@ -65,8 +72,7 @@ func TestAHolidayCalendarIsSharedAndAChangeRedecidesEveryWorkloadThatUsesIt(t *t
 	calendar(t, teamA, "company", map[string]string{"today": rangeAround()}, false)
 
 	cal := calendar(t, ops, "company", map[string]string{"today": rangeAround()}, true)
-	g.Eventually(replicas(webA)).WithTimeout(timeout).Should(BeEquivalentTo(0))
-	g.Eventually(replicas(webB)).WithTimeout(timeout).Should(BeEquivalentTo(0))
+	both(0, 0, "a holiday now")
 
 	update := func(data map[string]string) {
 		g.Eventually(func(g Gomega) error {
@@ -76,17 +82,29 @@ func TestAHolidayCalendarIsSharedAndAChangeRedecidesEveryWorkloadThatUsesIt(t *t
 		}).WithTimeout(timeout).Should(Succeed())
 	}
 	update(map[string]string{"tomorrow": rangeLater()})
-	g.Eventually(replicas(webA)).WithTimeout(timeout).Should(BeEquivalentTo(2))
-	g.Eventually(replicas(webB)).WithTimeout(timeout).Should(BeEquivalentTo(3))
+	both(2, 3, "the holiday moved to tomorrow")
 
-	update(map[string]string{"typo": "2026-12-31 until new year"})
+	update(map[string]string{"today": rangeAround()})
+	both(0, 0, "a holiday now again")
+	update(map[string]string{"today": rangeAround(), "typo": "2026-12-31 until new year"})
+	both(2, 3, "a calendar that cannot be read counts as none: nothing stays down on it")
 	g.Eventually(notes(webB, scaling.ReasonInvalidSchedule)).WithTimeout(timeout).Should(ContainElement(ContainSubstring(
 		`holiday calendar "company" is invalid: "typo": element 1`)))
 
-	// A calendar in the workload's own namespace shadows the shared one.
-	calendar(t, teamB, "company", nil, true)
 	update(map[string]string{"today": rangeAround()})
-	g.Eventually(replicas(webA)).WithTimeout(timeout).Should(BeEquivalentTo(0), "team A uses the shared calendar")
-	g.Consistently(replicas(webB)).WithTimeout(5*time.Second).WithPolling(time.Second).Should(BeEquivalentTo(3),
-		"team B's own, empty, calendar shadows it")
+	both(0, 0, "fixed")
+	g.Expect(admin.Delete(ctx, cal)).To(Succeed())
+	both(2, 3, "a deleted calendar counts as none")
+	g.Eventually(notes(webA, scaling.ReasonScaleUp)).WithTimeout(timeout).Should(ContainElement(ContainSubstring(
+		"its schedule cannot be read, which counts as no schedule")))
+
+	// A tenant may create a labelled ConfigMap in its namespace, but it does not decide
+	// when the workloads there sleep instead of the shared calendar ...
+	cal = calendar(t, ops, "company", map[string]string{"today": rangeAround()}, true)
+	calendar(t, teamB, "company", nil, true)
+	both(0, 0, "the shared calendar holds, whatever a tenant's ConfigMap says")
+	// ... until the Namespace, which only those who may change Namespaces annotate, says so.
+	kubectl(t, "", "annotate", "namespace", teamB, scaling.AnnotationShadowCalendars+"=company")
+	g.Eventually(replicas(webB)).WithTimeout(timeout).Should(BeEquivalentTo(3), "team B's own, empty, calendar shadows the shared one")
+	g.Consistently(replicas(webA)).WithTimeout(3*time.Second).Should(BeEquivalentTo(0), "team A still uses the shared calendar")
 }

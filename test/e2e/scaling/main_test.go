@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -60,6 +61,8 @@ var (
 	local  *cluster.Cluster
 	scheme *runtime.Scheme
 	admin  client.Client
+	// workDir is the run's private directory, removed when it ends.
+	workDir string
 )
 
 func TestMain(m *testing.M) {
@@ -74,6 +77,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
+	workDir = dir
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	local, err = cluster.Start(ctx, cluster.Options{Dir: dir})
@@ -227,6 +231,21 @@ func annotate(g Gomega, obj client.Object, kv map[string]string) {
 		live.SetAnnotations(a)
 		g.Expect(admin.Update(context.Background(), live)).To(Succeed())
 	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+}
+
+// kubectl runs the kubectl of the kubectl tool set against the cluster as its
+// administrator, with stdin as its input, and returns its output; it fails the test if
+// kubectl fails.
+func kubectl(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	bin, err := tools.Path("kubectl")
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+local.Kubeconfig)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	NewWithT(t).Expect(err).NotTo(HaveOccurred(), "kubectl %s: %s", strings.Join(args, " "), out)
+	return string(out)
 }
 
 // live returns a function reading obj for Eventually.

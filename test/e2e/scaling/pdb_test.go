@@ -260,3 +260,32 @@ func TestARelaxedBudgetIsRestoredWhenItSelectsAPodOfSomethingElse(t *testing.T) 
 	g.Eventually(func(g Gomega) *intstr.IntOrString { return live(pdb)(g).Spec.MinAvailable }).WithTimeout(timeout).
 		Should(HaveValue(Equal(intstr.FromInt32(0))), "relaxed again once only the Deployment's pod is left")
 }
+
+// TestABudgetSwitchedToTheOtherFieldDuringTheDowntimeKeepsTheSwitch relaxes a budget's
+// minAvailable for a downtime, then switches the budget to maxUnavailable with kubectl
+// patch --type merge, as a person fixing it by hand would. The API server takes only
+// one of the two: the restore keeps the switch and removes the operator's record (it
+// used to apply the saved minAvailable next to maxUnavailable, which the API server
+// refused at every retry, for good).
+func TestABudgetSwitchedToTheOtherFieldDuringTheDowntimeKeepsTheSwitch(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, nil)
+	startOperator(t, scaling.Options{})
+	web := newDeployment(t, ns, "web", 2, nil)
+	pdb := budget(t, ns, "web", 2)
+	spec, _ := downtimeForAnHour()
+	annotate(g, web, map[string]string{scaling.AnnotationDowntime: spec, scaling.AnnotationDowntimeReplicas: "1"})
+	g.Eventually(func(g Gomega) *policyv1.PodDisruptionBudget { return live(pdb)(g) }).WithTimeout(timeout).Should(And(
+		HaveField("Spec.MinAvailable", HaveValue(Equal(intstr.FromInt32(0)))),
+		HaveField("Annotations", HaveKeyWithValue(scaling.AnnotationOriginalMinAvailable, "2"))))
+
+	kubectl(t, "", "-n", ns, "patch", "poddisruptionbudget/web", "--type", "merge", "-p", `{"spec":{"minAvailable":null,"maxUnavailable":1}}`)
+	annotate(g, web, map[string]string{scaling.AnnotationDowntime: "", scaling.AnnotationDowntimeReplicas: ""})
+	g.Eventually(func(g Gomega) *policyv1.PodDisruptionBudget { return live(pdb)(g) }).WithTimeout(timeout).Should(And(
+		HaveField("Spec.MaxUnavailable", HaveValue(Equal(intstr.FromInt32(1)))),
+		HaveField("Spec.MinAvailable", BeNil()),
+		HaveField("Annotations", Not(HaveKey(scaling.AnnotationOriginalMinAvailable))),
+		HaveField("Annotations", Not(HaveKey(scaling.AnnotationNextTransition)))))
+	g.Eventually(notes(pdb, scaling.ReasonScaleUp)).WithTimeout(timeout).Should(ContainElement(ContainSubstring(
+		"kept maxUnavailable 1, to which it was switched during the downtime (minAvailable 2 is not restored)")))
+}

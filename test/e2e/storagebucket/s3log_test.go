@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -29,6 +30,10 @@ type s3Log struct {
 	// address.
 	managers map[int]string
 	owners   map[string]string
+	// slow, when set, says how long to hold the answer of a request; held counts, per
+	// manager and kind of request, the answers being held now.
+	slow func(x s3Exchange) time.Duration
+	held map[string]int
 }
 
 // s3Exchange is one request, the bucket and key it named, and who sent it.
@@ -39,10 +44,56 @@ type s3Exchange struct {
 
 func startS3Log(s3 *minio.Server) *s3Log {
 	GinkgoHelper()
-	l := &s3Log{proxy: s3.StartProxyForTest(GinkgoT()), managers: map[int]string{}, owners: map[string]string{}}
+	l := &s3Log{proxy: s3.StartProxyForTest(GinkgoT()), managers: map[int]string{}, owners: map[string]string{}, held: map[string]int{}}
 	l.addr = netip.MustParseAddrPort(l.proxy.Endpoint)
 	l.proxy.Record(l.record)
+	l.proxy.HoldAnswers(l.hold)
 	return l
+}
+
+// slowDown holds the answers of the requests for which slow returns a duration that long
+// (nil answers everything at once again): the requests take effect at once, and their
+// senders wait for the answers.
+func (l *s3Log) slowDown(slow func(x s3Exchange) time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.slow = slow
+}
+
+// hold says how long to hold the answer of an arriving request, as slowDown says, and
+// counts it as held for that long.
+func (l *s3Log) hold(r *http.Request) time.Duration {
+	l.mu.Lock()
+	slow := l.slow
+	l.mu.Unlock()
+	if slow == nil {
+		return 0
+	}
+	bucket, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	x := s3Exchange{Exchange: minio.Exchange{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery}, bucket: bucket, key: key}
+	d := slow(x)
+	if d <= 0 {
+		return 0
+	}
+	x.manager = l.ownerOf(r.RemoteAddr)
+	kind := x.manager + " " + x.kind()
+	l.mu.Lock()
+	l.held[kind]++
+	l.mu.Unlock()
+	time.AfterFunc(d, func() {
+		l.mu.Lock()
+		l.held[kind]--
+		l.mu.Unlock()
+	})
+	return d
+}
+
+// holding returns how many answers to requests of a kind (see s3Exchange.kind) from a
+// manager are being held now.
+func (l *s3Log) holding(manager, kind string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held[manager+" "+kind]
 }
 
 // URL is where StorageBuckets reach MinIO through the log.
@@ -182,6 +233,32 @@ func (x s3Exchange) isProbe() bool {
 		return true
 	}
 	return false
+}
+
+// kind names what an exchange does, for slowDown's rules: "canary-read", "empty" (a
+// multi-object delete), "write" (any other request that changes something) or "read".
+func (x s3Exchange) kind() string {
+	_, multiDelete := parseQuery(x.Query)["delete"]
+	switch {
+	case x.Method == http.MethodGet && strings.HasPrefix(x.key, phalanksv1beta1.CanaryPrefix):
+		return "canary-read"
+	case x.Method == http.MethodPost && multiDelete:
+		return "empty"
+	case x.isWrite():
+		return "write"
+	}
+	return "read"
+}
+
+// isWrite reports whether an exchange asked to change something: create, tag or
+// delete a bucket, put or delete an object.
+func (x s3Exchange) isWrite() bool {
+	return x.Method == http.MethodPut || x.Method == http.MethodPost || x.Method == http.MethodDelete
+}
+
+func parseQuery(raw string) url.Values {
+	v, _ := url.ParseQuery(raw)
+	return v
 }
 
 // deletedBucket reports whether an exchange deleted a bucket.

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/test/harness/apiproxy"
 	"github.com/phalanks/phalanks-operator/test/harness/certs"
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
@@ -76,6 +77,9 @@ type manager struct {
 	metrics string
 	// api is the TCP proxy between the manager and the API server, when it has one.
 	api *tcpproxy.Proxy
+	// apiProxy is the HTTP proxy between the manager and the API server (behind api,
+	// when it has both), when it has one.
+	apiProxy *apiproxy.Proxy
 }
 
 // startManager runs the manager binary with a kubeconfig, plain-HTTP metrics on a free
@@ -94,6 +98,9 @@ type managerSpec struct {
 	// viaProxy puts a TCP proxy between the manager and the API server, to stall or
 	// drop its connection from outside.
 	viaProxy bool
+	// viaAPIProxy puts an HTTP proxy between the manager and the API server, to answer,
+	// delay or hold chosen requests from outside.
+	viaAPIProxy bool
 }
 
 func startManagerWith(spec managerSpec) *manager {
@@ -108,6 +115,9 @@ func startManagerWith(spec managerSpec) *manager {
 	}
 	m := &manager{metrics: "http://" + process.HostPort(ports[1]) + "/metrics"}
 	kubeconfig := spec.kubeconfig
+	if spec.viaAPIProxy {
+		kubeconfig, m.apiProxy = apiProxiedKubeconfig(kubeconfig)
+	}
 	if spec.viaProxy {
 		kubeconfig, m.api = proxiedKubeconfig(kubeconfig)
 	}
@@ -179,6 +189,18 @@ func proxiedKubeconfig(path string) (string, *tcpproxy.Proxy) {
 	}
 	out := filepath.Join(GinkgoT().TempDir(), "kubeconfig-via-proxy")
 	Expect(clientcmd.WriteToFile(*cfg, out)).To(Succeed())
+	return out, proxy
+}
+
+// apiProxiedKubeconfig starts an HTTP proxy in front of the kubeconfig's API server,
+// forwarding as the kubeconfig's user, and returns a kubeconfig that goes through it.
+func apiProxiedKubeconfig(path string) (string, *apiproxy.Proxy) {
+	GinkgoHelper()
+	upstream, err := clientcmd.BuildConfigFromFlags("", path)
+	Expect(err).NotTo(HaveOccurred())
+	proxy := apiproxy.StartForTest(GinkgoT(), upstream)
+	out := filepath.Join(GinkgoT().TempDir(), "kubeconfig-via-api-proxy")
+	Expect(proxy.WriteKubeconfig(out)).To(Succeed())
 	return out, proxy
 }
 

@@ -1,6 +1,7 @@
 package minio
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/http"
@@ -29,6 +30,7 @@ type Proxy struct {
 	rule    func(*http.Request) *S3Error
 	observe func(*http.Request)
 	record  func(Exchange)
+	hold    func(*http.Request) time.Duration
 	// requests counts the requests the proxy saw, forwarded or failed.
 	requests atomic.Int64
 }
@@ -65,15 +67,40 @@ func (s *Server) StartProxyOn(host string) (*Proxy, error) {
 		pr.Out.Host = pr.In.Host
 	}}
 	p.server = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
 		p.requests.Add(1)
 		p.mu.Lock()
-		rule, observe, record := p.rule, p.observe, p.record
+		rule, observe, record, hold := p.rule, p.observe, p.record, p.hold
 		p.mu.Unlock()
 		if observe != nil {
 			observe(r)
 		}
+		var held time.Duration
+		if hold != nil {
+			held = hold(r)
+		}
+		if held > 0 {
+			// Served now, answered late: the answer is kept, recorded, and sent after
+			// the hold.
+			answer := &heldAnswer{header: http.Header{}, status: http.StatusOK}
+			forward.ServeHTTP(answer, r)
+			if record != nil {
+				record(Exchange{Remote: r.RemoteAddr, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
+					Start: start, End: time.Now(), Status: answer.status})
+			}
+			select {
+			case <-time.After(held):
+			case <-r.Context().Done():
+				return
+			}
+			for k, v := range answer.header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(answer.status)
+			_, _ = w.Write(answer.body.Bytes())
+			return
+		}
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		start := time.Now()
 		if record != nil {
 			defer func() {
 				record(Exchange{Remote: r.RemoteAddr, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
@@ -129,9 +156,31 @@ type Exchange struct {
 	Remote      string
 	Method      string
 	Path, Query string
-	Start, End  time.Time
-	Status      int
+	// Start is when the request arrived; End when the server's answer was complete
+	// (an answer HoldAnswers holds reaches the client later).
+	Start, End time.Time
+	Status     int
 }
+
+// HoldAnswers serves every request for which fn returns a duration at once, and holds
+// its answer that long before the client gets it, as a slow way back would: the request
+// takes effect on time, and the client waits for its answer (nil holds nothing).
+func (p *Proxy) HoldAnswers(fn func(*http.Request) time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hold = fn
+}
+
+// heldAnswer keeps an answer to send later.
+type heldAnswer struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (h *heldAnswer) Header() http.Header         { return h.header }
+func (h *heldAnswer) WriteHeader(code int)        { h.status = code }
+func (h *heldAnswer) Write(b []byte) (int, error) { return h.body.Write(b) }
 
 // Record calls fn with every exchange once it is answered.
 func (p *Proxy) Record(fn func(Exchange)) {

@@ -81,12 +81,31 @@ func (p *Process) Running() bool {
 	}
 }
 
-// Stop sends SIGTERM to the process group, waits up to grace, then kills it.
+// Pause stops the process group with SIGSTOP, as a debugger, a frozen cgroup or a
+// descheduled VM would: nothing in it runs until Resume, while the clocks go on.
+func (p *Process) Pause() error {
+	if !p.Running() {
+		return fmt.Errorf("pause %s: not running", p.Name)
+	}
+	return syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP)
+}
+
+// Resume continues a paused process group (SIGCONT).
+func (p *Process) Resume() error {
+	if !p.Running() {
+		return fmt.Errorf("resume %s: not running", p.Name)
+	}
+	return syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT)
+}
+
+// Stop sends SIGTERM to the process group, waits up to grace, then kills it. A paused
+// process is continued, so that it can act on the SIGTERM.
 func (p *Process) Stop(grace time.Duration) error {
 	if !p.Running() {
 		return nil
 	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT)
 	select {
 	case <-p.exited:
 		return nil

@@ -178,6 +178,9 @@ func Path(name string) (string, error) {
 		if set != "" {
 			p := filepath.Join(dir, set, name)
 			if _, err := os.Stat(p); err != nil {
+				if waited, err := awaitBackground(filepath.Join(dir, set), name); waited {
+					return p, err
+				}
 				return "", fmt.Errorf("%s not found in %s: %s=%s selects that Kubernetes version, whose tool set "+
 					"provides only what its suites run (build it with `hack/tools/build.sh %s`; "+
 					"hack/tools/build.sh --list names what each set provides)", name, filepath.Dir(p), EnvKubeTools, set, set)
@@ -187,10 +190,45 @@ func Path(name string) (string, error) {
 	}
 	p := filepath.Join(dir, name)
 	if _, err := os.Stat(p); err != nil {
+		if waited, err := awaitBackground(dir, name); waited {
+			return p, err
+		}
 		return "", fmt.Errorf("%s not found in %s: every make target builds the tools it needs "+
 			"(`make tools` builds the default sets, `make build` the manager)", name, dir)
 	}
 	return p, nil
+}
+
+// awaitBackground waits for name when a background build of its set is under way (its
+// marker dir/.building/name names the set: hack/tools/build.sh --background, which the
+// make targets start for the sets their later suites need): it runs build.sh for that
+// set, which waits for the background build, raising it to normal priority, and links
+// the binaries. It reports whether there was such a build.
+func awaitBackground(dir, name string) (bool, error) {
+	data, err := os.ReadFile(filepath.Join(dir, ".building", name))
+	if err != nil {
+		return false, nil
+	}
+	set := strings.TrimSpace(string(data))
+	if err := buildSet(set); err != nil {
+		return true, fmt.Errorf("%s: waiting for the background build of tool set %s: %w", name, set, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+		return true, fmt.Errorf("%s: tool set %s was built, but: %w", name, set, err)
+	}
+	return true, nil
+}
+
+// buildSet runs hack/tools/build.sh for set, its output on standard error.
+var buildSet = func(set string) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(root, "hack", "tools", "build.sh"), set) //nolint:gosec // the set a marker of our own build names
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	return cmd.Run()
 }
 
 // BuildManager builds the manager binary from this repository into dir and returns its

@@ -94,3 +94,40 @@ func TestCheckKubeVersionWantsTheVersionTheSetPins(t *testing.T) {
 		})
 	}
 }
+
+// A binary whose set a background build is making (build.sh --background left its
+// marker) is waited for, through build.sh for that set; without a marker, a missing
+// binary is an error at once.
+func TestPathWaitsForABinaryABackgroundBuildIsMaking(t *testing.T) {
+	dir := binDir(t)
+	t.Setenv(tools.EnvKubeTools, "kube-1.29")
+	for _, m := range []string{".building/promtool", "kube-1.29/.building/etcd"} {
+		p := filepath.Join(dir, m)
+		if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		set := map[bool]string{true: "kube-1.29", false: "prometheus"}[strings.HasPrefix(m, "kube-1.29")]
+		if err := os.WriteFile(p, []byte(set+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var built []string
+	defer tools.SetBuildSet(func(set string) error {
+		built = append(built, set)
+		bin := map[string]string{"prometheus": "promtool", "kube-1.29": "kube-1.29/etcd"}[set]
+		return os.WriteFile(filepath.Join(dir, bin), nil, 0o600)
+	})()
+
+	for tool, want := range map[string]string{"promtool": "promtool", "etcd": "kube-1.29/etcd"} {
+		got, err := tools.Path(tool)
+		if err != nil || got != filepath.Join(dir, want) {
+			t.Errorf("Path(%q) = %q, %v; want %q after the background build", tool, got, err, filepath.Join(dir, want))
+		}
+	}
+	if strings.Join(built, ",") != "prometheus,kube-1.29" && strings.Join(built, ",") != "kube-1.29,prometheus" {
+		t.Errorf("build.sh ran for %v; want prometheus and kube-1.29 once each", built)
+	}
+	if _, err := tools.Path("kwok"); err == nil || !strings.Contains(err.Error(), "kwok not found") {
+		t.Errorf("Path(kwok) without a marker = %v; want not found", err)
+	}
+}
