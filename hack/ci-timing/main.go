@@ -84,16 +84,16 @@ func run(args []string, cold, keep, noRef bool, logPath string) (int, error) {
 		fmt.Printf("ci-timing: cold run: GOCACHE, GOMODCACHE and PHALANKS_TOOLS_CACHE under %s\n", dir)
 	}
 
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o750); err != nil {
 		return 2, err
 	}
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return 2, err
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }()
 
-	cmd := exec.Command(args[0], args[1:]...) //nolint:gosec // running the command the user named is this tool's purpose
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = env
 	cmd.Stdin = os.Stdin
 	pr, pw := io.Pipe()
@@ -115,7 +115,7 @@ func run(args []string, cold, keep, noRef bool, logPath string) (int, error) {
 			line := sc.Text()
 			at := time.Since(start)
 			fmt.Println(line)
-			fmt.Fprintf(logf, "%6.0f %s\n", at.Seconds(), line)
+			_, _ = fmt.Fprintf(logf, "%6.0f %s\n", at.Seconds(), line)
 			r.observe(at, line)
 		}
 	}()

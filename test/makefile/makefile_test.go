@@ -77,7 +77,7 @@ func (c *checker) check(target string) ([]string, error) {
 	// recipe that runs the binary itself does not.
 	need := func(tool, what, kubeSet string, lookup bool) {
 		if kubeSet != "" && tools.IsKubeBinary(tool) {
-			if contains(c.sets[kubeSet], tool) && !built[kubeSet] && !(lookup && later[kubeSet]) {
+			if contains(c.sets[kubeSet], tool) && !built[kubeSet] && (!lookup || !later[kubeSet]) {
 				problems = append(problems, fmt.Sprintf("%s uses %s of %s=%s before any prerequisite builds it (add set %q to TOOLS_%s)",
 					what, tool, tools.EnvKubeTools, kubeSet, kubeSet, target))
 			}
