@@ -196,7 +196,10 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := editFile(filepath.Join(opts.Root, "Makefile"), func(s string) (string, error) { return SetHeadVersion(s, res.Next) }); err != nil {
 		return nil, err
 	}
-	cmd := bundle.Make(ctx, "-C", opts.Root, "--no-print-directory", "bundle", "catalog")
+	// VERSION on the command line: make passes its own command line's VERSION (make
+	// release VERSION=x.y.z) to the recipe's environment, which a ?= in the Makefile does
+	// not override.
+	cmd := bundle.Make(ctx, "-C", opts.Root, "--no-print-directory", "bundle", "catalog", "VERSION="+res.Next)
 	cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("make bundle catalog for the head %s: %w", res.Next, err)
