@@ -85,6 +85,8 @@ IMAGES_FLAGS = --layout $(IMAGE_LAYOUT) --bundle-dir $(BUNDLE_DIR) --plain-http=
 OLM_E2E_MODULE := test/olm
 # The OLM v1 end-to-end test (make test-olmv1) is a fourth, using test/olm's packaging.
 OLMV1_E2E_MODULE := test/olmv1
+# The upgrade-invariance suite (make test-upgrade) is a fifth, using test/olm's packaging.
+UPGRADE_E2E_MODULE := test/upgrade
 # Code written here for the olmv1 tool set: the cert-manager command and the boxcutter
 # stand-in module (hack/tools/olmv1/boxcutter).
 OLMV1_TOOLS := hack/tools/olmv1
@@ -121,6 +123,7 @@ fmt: ## Run go fmt.
 	go -C $(OLM_MODULE) fmt ./...
 	go -C $(OLM_E2E_MODULE) fmt ./...
 	go -C $(OLMV1_E2E_MODULE) fmt ./...
+	go -C $(UPGRADE_E2E_MODULE) fmt ./...
 	go -C $(OLMV1_TOOLS) fmt ./certmanager
 	go -C $(BOXCUTTER_MODULE) fmt ./...
 
@@ -130,6 +133,7 @@ vet: ## Run go vet.
 	go -C $(OLM_MODULE) vet -tags $(OLM_GO_TAGS) ./...
 	go -C $(OLM_E2E_MODULE) vet -tags $(OLM_GO_TAGS) ./...
 	go -C $(OLMV1_E2E_MODULE) vet -tags $(OLM_GO_TAGS) ./...
+	go -C $(UPGRADE_E2E_MODULE) vet -tags $(OLM_GO_TAGS) ./...
 	go -C $(OLMV1_TOOLS) vet ./certmanager
 	go -C $(BOXCUTTER_MODULE) vet ./...
 
@@ -139,6 +143,7 @@ lint: tools-for-lint ## Run golangci-lint.
 	cd $(OLM_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
 	cd $(OLM_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
 	cd $(OLMV1_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
+	cd $(UPGRADE_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) ./...
 	cd $(OLMV1_TOOLS) && $(GOLANGCI_LINT) run ./certmanager
 	cd $(BOXCUTTER_MODULE) && $(GOLANGCI_LINT) run ./...
 
@@ -148,6 +153,7 @@ lint-fix: tools-for-lint ## Run golangci-lint and apply its fixes.
 	cd $(OLM_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
 	cd $(OLM_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
 	cd $(OLMV1_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
+	cd $(UPGRADE_E2E_MODULE) && $(GOLANGCI_LINT) run --build-tags $(OLM_GO_TAGS) --fix ./...
 	cd $(OLMV1_TOOLS) && $(GOLANGCI_LINT) run --fix ./certmanager
 	cd $(BOXCUTTER_MODULE) && $(GOLANGCI_LINT) run --fix ./...
 
@@ -167,6 +173,7 @@ verify: tools-for-verify manifests generate catalog ## Regenerate everything (CR
 	go -C $(OLM_MODULE) mod tidy
 	go -C $(OLM_E2E_MODULE) mod tidy
 	go -C $(OLMV1_E2E_MODULE) mod tidy
+	go -C $(UPGRADE_E2E_MODULE) mod tidy
 	go -C $(BOXCUTTER_MODULE) mod tidy
 	@if [ -n "$$(git status --porcelain -- . ':!bin')" ]; then \
 		echo "verify: generated files are stale; run the generators and commit:"; \
@@ -246,6 +253,18 @@ test-olmv1: tools-for-test-olmv1 ## Install, upgrade and uninstall the operator 
 	go -C hack/tools/opm mod download
 	go -C hack/tools/healthprobe mod download
 	$(BIN)/olmv1-e2e.test -test.v -test.timeout=40m -ginkgo.v $(OLMV1_E2E_FLAGS)
+
+# The upgrade-invariance suite needs root, like test-olm: one local cluster with a real
+# node, the tree packaged as the previous release and the next one (test/olm's
+# packaging), a fleet of StorageBuckets, Foos and scheduled workloads in their downtime,
+# upgraded (and rolled back) through each install path while it is sampled every second
+# (docs/upgrading.md). It prints, per path, the rollout time, the longest probe gap and
+# every Ready transition.
+UPGRADE_E2E_FLAGS ?=
+.PHONY: test-upgrade
+test-upgrade: tools-for-test-upgrade ## Upgrade and roll back a fleet through each install path on a real node, sampled every second: nothing flaps, nothing is lost (needs root).
+	go -C $(UPGRADE_E2E_MODULE) test -c -tags $(OLM_GO_TAGS) -o $(BIN)/upgrade-e2e.test .
+	$(BIN)/upgrade-e2e.test -test.v -test.timeout=40m -ginkgo.v $(UPGRADE_E2E_FLAGS)
 
 # Scenario benchmarks run one at a time (-p 1): each measures a peer in the same run
 # and reports ratios, and two at once would share the two cores.
@@ -424,6 +443,20 @@ SCORECARD_FLAGS ?= --pod-security=restricted --wait-time=10m
 scorecard: tools-for-scorecard ## Run operator-sdk scorecard on BUNDLE_DIR (bundle/) in the cluster of the current kubeconfig (SCORECARD_FLAGS).
 	$(OPERATOR_SDK) scorecard $(BUNDLE_DIR) $(SCORECARD_FLAGS)
 
+##@ Release
+
+# A release freezes the head being developed (VERSION, which must be the Makefile's own)
+# and moves the head on to NEXT_VERSION (empty: the next patch version); docs/olm.md,
+# "Cutting a release". DRY_RUN=true does all of it in a copy of the tree, its images in a
+# registry on loopback, and changes and pushes nothing; RELEASE_KEEP=DIR keeps the copy.
+NEXT_VERSION ?=
+DRY_RUN ?= false
+RELEASE_KEEP ?=
+.PHONY: release
+release: tools-for-release ## Release VERSION: push its images, freeze its bundle pinned by digest in hack/olm/releases/VERSION, make it the catalog's entry, date CHANGELOG.md, move the head to NEXT_VERSION (DRY_RUN=true changes nothing).
+	go -C $(OLM_MODULE) run -tags $(OLM_GO_TAGS) ./cmd/release --version $(VERSION) --next "$(NEXT_VERSION)" --image-registry $(IMAGE_REGISTRY) \
+		--plain-http=$(REGISTRY_PLAIN_HTTP) --dry-run=$(DRY_RUN) $(if $(RELEASE_KEEP),--keep $(RELEASE_KEEP))
+
 ##@ Tools
 
 # The tool sets each target needs (hack/tools/build.sh --list names the binaries of each).
@@ -438,6 +471,8 @@ TOOLS_verify := gen sdk
 TOOLS_bundle := gen sdk
 TOOLS_bundle-validate := sdk
 TOOLS_catalog := gen sdk
+# A release runs make bundle (twice) and make catalog.
+TOOLS_release := gen sdk
 TOOLS_run := gen
 TOOLS_install := gen kubectl
 TOOLS_uninstall := gen kubectl
@@ -457,6 +492,10 @@ TOOLS_test-e2e := $(TOOLS_demo)
 TOOLS_chaos := gen kube kwok minio node containerd cni
 TOOLS_test-olm := gen sdk kube kubectl kwok minio olm node containerd cni
 TOOLS_test-olmv1 := $(TOOLS_test-olm) olmv1
+# make deploy (gen, kubectl), make bundle of both releases (sdk), the real node, MinIO.
+# Its binary links test/olm's package, which can start OLM (olm) and a fake-node cluster
+# (kwok), though the suite runs neither.
+TOOLS_test-upgrade := gen sdk kube kubectl kwok minio olm node containerd cni
 TOOLS_bench := kube kwok minio peers
 TOOLS_plugin-dist := krew
 TOOLS_scorecard := sdk

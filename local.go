@@ -44,9 +44,7 @@ func leaseNamespace(cfg *config, log logr.Logger) error {
 		cfg.leaderElectNamespace = ns
 		return nil
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = cfg.kubeconfig
-	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).Namespace()
+	ns, err := kubeconfigNamespace(cfg.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("leader election namespace from the kubeconfig: %w", err)
 	}
@@ -56,13 +54,48 @@ func leaseNamespace(cfg *config, log logr.Logger) error {
 	return nil
 }
 
+// kubeconfigNamespace is the namespace of the kubeconfig's current context, as kubectl
+// would use ("default" if it names none).
+func kubeconfigNamespace(kubeconfig string) (string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).Namespace()
+	return ns, err
+}
+
+// operatorNamespace is where the operator keeps what it alone writes (the record of
+// grandfathered Secret references): the Leases' namespace with leader election, else the
+// pod's, else outside a pod the kubeconfig context's.
+func operatorNamespace(cfg config) (string, error) {
+	switch {
+	case cfg.leaderElectNamespace != "":
+		return cfg.leaderElectNamespace, nil
+	case inCluster():
+		if ns := podNamespace(); ns != "" {
+			return ns, nil
+		}
+		return "", fmt.Errorf("the operator's namespace: neither POD_NAMESPACE nor %s is set; set POD_NAMESPACE "+
+			"from the pod's metadata.namespace", serviceAccountNamespace)
+	}
+	ns, err := kubeconfigNamespace(cfg.kubeconfig)
+	if err != nil {
+		return "", fmt.Errorf("the operator's namespace from the kubeconfig: %w", err)
+	}
+	return ns, nil
+}
+
 // outOfClusterDefaults fills in, for a manager started outside a pod, a serving
 // certificate for the webhook server when none was given (self-signed, for 127.0.0.1
-// and localhost), as a pod would have one. In a pod the directory stays as it is: a
-// missing certificate there is a deployment error and stops the manager.
+// and localhost), as a pod would have one, and no webhook drain unless the flag asks for
+// one. In a pod the directory stays as it is: a missing certificate there is a
+// deployment error and stops the manager.
 func outOfClusterDefaults(cfg *config, log logr.Logger) error {
 	if inCluster() {
 		return nil
+	}
+	// No Service routes to a process outside a pod: nothing to drain.
+	if !cfg.webhookDrainSet {
+		cfg.webhookDrain = 0
 	}
 	// The rotator issues the certificate into this directory; a process outside a pod
 	// gets it only if something copies the Secret there.

@@ -35,10 +35,15 @@ import (
 	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
 	"github.com/phalanks/phalanks-operator/internal/certrotation"
 	"github.com/phalanks/phalanks-operator/internal/clockoffset"
+	"github.com/phalanks/phalanks-operator/internal/grandfather"
 	"github.com/phalanks/phalanks-operator/internal/sharding"
 	"github.com/phalanks/phalanks-operator/internal/storagemigration"
 	"github.com/phalanks/phalanks-operator/internal/webhooks"
 )
+
+// defaultWebhookDrain covers kube-proxy's reaction to a pod's deletion (its rules are
+// synced within a second or two of the EndpointSlice change) with room for a loaded node.
+const defaultWebhookDrain = 5 * time.Second
 
 // leaderElectionID names the Lease that elects the one replica running leader-only work.
 const leaderElectionID = "phalanks-operator.phalanks.io"
@@ -56,8 +61,11 @@ type config struct {
 	pprofAddr      string
 	webhookPort    int
 	webhookCertDir string
-	enableHTTP2    bool
-	certRotation   certrotation.Options
+	webhookDrain   time.Duration
+	// webhookDrainSet: --webhook-shutdown-delay was given (outside a pod it defaults to 0).
+	webhookDrainSet bool
+	enableHTTP2     bool
+	certRotation    certrotation.Options
 
 	leaderElect          bool
 	leaderElectNamespace string
@@ -95,6 +103,10 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
 		"Directory with the webhook server's tls.crt and tls.key (where OLM mounts them). "+
 			"Outside a cluster, when they are missing, the manager serves with a self-signed certificate.")
+	fs.DurationVar(&c.webhookDrain, "webhook-shutdown-delay", defaultWebhookDrain,
+		"How long the webhook server (CRD conversion) keeps serving after the manager stopped: the API server may send "+
+			"conversion requests to a pod being replaced until kube-proxy drops it from the webhook Service. The process "+
+			"exits after it. Outside a pod the default is 0 (no Service).")
 	c.certRotation.BindFlags(fs)
 	fs.BoolVar(&c.enableHTTP2, "enable-http2", false,
 		"Serve HTTP/2 on the metrics and webhook servers (off by default: CVE-2023-44487, CVE-2023-39325).")
@@ -125,6 +137,7 @@ func parseFlags(args []string) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	fs.Visit(func(f *flag.Flag) { c.webhookDrainSet = c.webhookDrainSet || f.Name == "webhook-shutdown-delay" })
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
@@ -210,6 +223,11 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	grandfathered, err := grandfatheredReferences(mgr, cfg)
+	if err != nil {
+		return err
+	}
+	cfg.storageBucket.Grandfathered = grandfathered
 	if rotation != nil {
 		if err := rotation.Add(mgr, podNamespace(), []string{storageBucketCRD}); err != nil {
 			return err
@@ -221,7 +239,7 @@ func run(args []string) error {
 	if err := webhooks.Setup(mgr); err != nil {
 		return fmt.Errorf("set up webhooks: %w", err)
 	}
-	if err := setupMigrations(mgr); err != nil {
+	if err := setupMigrations(mgr, grandfathered); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -236,7 +254,11 @@ func run(args []string) error {
 		return fmt.Errorf("add ready check: %w", err)
 	}
 	log.Info("starting manager")
-	if err := mgr.Start(ctx); err != nil {
+	err = mgr.Start(ctx)
+	if s, ok := mgr.GetWebhookServer().(*drainingServer); ok {
+		s.Wait()
+	}
+	if err != nil {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil
@@ -266,7 +288,7 @@ func managerOptions(cfg config, rotation *certrotation.Rotation) manager.Options
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        cfg.probeAddr,
 		PprofBindAddress:              cfg.pprofAddr,
-		WebhookServer:                 webhook.NewServer(webhook.Options{Port: cfg.webhookPort, CertDir: cfg.webhookCertDir, TLSOpts: tlsOpts}),
+		WebhookServer:                 newDrainingServer(webhook.NewServer(webhook.Options{Port: cfg.webhookPort, CertDir: cfg.webhookCertDir, TLSOpts: tlsOpts}), cfg.webhookDrain),
 		LeaderElection:                cfg.leaderElect,
 		LeaderElectionID:              leaderElectionID,
 		LeaderElectionNamespace:       cfg.leaderElectNamespace,
@@ -298,14 +320,35 @@ func setupReconcilers(mgr manager.Manager, cfg config) error {
 	return nil
 }
 
+// grandfatheredReferences is the record of the StorageBucket credentials references
+// that predate the Secret label rule, kept in the operator's namespace.
+func grandfatheredReferences(mgr manager.Manager, cfg config) (*grandfather.Record, error) {
+	ns, err := operatorNamespace(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &grandfather.Record{
+		Namespace: ns,
+		CRDName:   storageBucketCRD,
+		Reader:    mgr.GetAPIReader(),
+		Cache:     mgr.GetClient(),
+		Writer:    mgr.GetClient(),
+		Clock:     cfg.storageBucket.Clock,
+		Log:       ctrl.Log.WithName("grandfather"),
+	}, nil
+}
+
 // setupMigrations moves objects stored in an older version to the storage version once
-// per start (leader only), so that a later release can drop the old version.
-func setupMigrations(mgr manager.Manager) error {
+// per start (leader only), so that a later release can drop the old version. The record
+// of grandfathered Secret references is decided first, while storedVersions still shows
+// an upgrade from a release before the label rule.
+func setupMigrations(mgr manager.Manager, grandfathered *grandfather.Record) error {
 	m := &storagemigration.Migrator{
 		CRDName: storageBucketCRD,
 		Reader:  mgr.GetAPIReader(),
 		Writer:  mgr.GetClient(),
 		Log:     ctrl.Log.WithName("storage-migration"),
+		Before:  grandfathered.Ensure,
 	}
 	if err := mgr.Add(m); err != nil {
 		return fmt.Errorf("add storage migration: %w", err)

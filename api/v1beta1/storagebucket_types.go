@@ -420,6 +420,12 @@ const (
 	// else (ErrResourceExists) or, during deletion, when the bucket cannot be deleted
 	// yet (BucketNotEmpty, ObjectLockEnabled).
 	ConditionManaged = "Managed"
+	// ConditionSecretLabelMissing is present, True, while the operator reads the
+	// credentials Secret although it lacks LabelSecretAllowed, because the reference to
+	// it existed before the upgrade to the release that introduced the label (reason
+	// Grandfathered). Its message names the release from which the Secret is refused.
+	// It does not count towards Ready.
+	ConditionSecretLabelMissing = "SecretLabelMissing"
 )
 
 // IntervalDuration returns the probe interval, or its default when unset.

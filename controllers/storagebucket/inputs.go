@@ -29,6 +29,9 @@ type inputs struct {
 	// failure says why the inputs are not usable (SecretNotFound, SecretNotLabeled,
 	// SecretKeyMissing, CABundleNotFound, InvalidCABundle); nil when they are.
 	failure *taxonomy.Failure
+	// grandfathered is the notice of credentials read from an unlabelled Secret through
+	// a grandfathered reference (grandfathered.go); empty otherwise.
+	grandfathered string
 	// read is what they were read from (Reconciler.inputsFor).
 	read inputsKey
 }
@@ -364,7 +367,7 @@ type inputsKey struct {
 // an event of the informer (one without the label).
 func (r *Reconciler) inputsFor(ctx context.Context, sb *phalanksv1beta1.StorageBucket, st *bucketState) (inputs, error) {
 	key := inputsKey{resourceVersion: sb.ResourceVersion, refs: r.refs.versionsOf(ctx, sb)}
-	if st != nil && st.inputs.read == key && st.inputs.key != "" && st.inputs.failure == nil {
+	if st != nil && st.inputs.read == key && st.inputs.key != "" && st.inputs.failure == nil && st.inputs.grandfathered == "" {
 		return st.inputs, nil
 	}
 	in, err := r.loadInputs(ctx, sb, false)
@@ -420,10 +423,14 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 		rk := refKey{kind: kindSecret, NamespacedName: types.NamespacedName{Namespace: sb.Namespace, Name: ref.Name}}
 		used = append(used, rk)
 		data, rv, state, err := r.refs.read(ctx, rk, remembered)
+		if err == nil && state == refNotLabeled {
+			data, rv, state, err = r.readGrandfathered(ctx, sb, rk, rv)
+		}
 		if err != nil {
 			return in, err
 		}
 		fp.secret = refVersion{resourceVersion: rv, state: state}
+		in.grandfathered = grandfatherNotice(sb, state)
 		idKey, secretKey := ref.Keys()
 		switch {
 		case state == refNotFound:

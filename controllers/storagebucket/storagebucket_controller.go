@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/internal/grandfather"
 	"github.com/phalanks/phalanks-operator/internal/s3probe"
 	"github.com/phalanks/phalanks-operator/internal/sharding"
 )
@@ -61,6 +62,9 @@ type Options struct {
 	// (main.go builds Shard from them).
 	ShardLeaseDuration, ShardRenewPeriod time.Duration
 	ServerSideSharding                   string
+	// Grandfathered holds the credentials references that predate the Secret label rule,
+	// whose unlabelled Secrets are still read; nil refuses every unlabelled Secret.
+	Grandfathered *grandfather.Record
 	// Clock drives the schedule; nil means the real clock.
 	Clock clock.WithTickerAndDelayedExecution
 	// Resolver and Proxy replace the system resolver and the proxy from the environment,

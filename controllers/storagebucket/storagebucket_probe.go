@@ -86,7 +86,7 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 		target.CanaryKey = phalanksv1beta1.CanaryPrefix + string(sb.UID)
 	}
 	check := checkInput{depth: target.Depth, anonymous: in.endpoint.Credentials == nil,
-		secure: strings.HasPrefix(in.key, "https://"), host: in.host, bucket: target.Bucket}
+		secure: strings.HasPrefix(in.key, "https://"), host: in.host, bucket: target.Bucket, grandfathered: in.grandfathered}
 	managed := sb.Spec.ManagementPolicy == phalanksv1beta1.ManagementManage
 	if managed {
 		check.manage = &manageResult{}

@@ -71,6 +71,8 @@ type checkInput struct {
 	manageChecked bool
 	// readOnly says why a ReadWrite probe ran at List depth, when it did.
 	readOnly *readOnlyReason
+	// grandfathered is the notice of credentials read through a grandfathered reference.
+	grandfathered string
 }
 
 // readOnlyReason is why a ReadWrite probe did not write a canary.
@@ -82,7 +84,7 @@ type readOnlyReason struct {
 func (in checkInput) same(o checkInput) bool {
 	return in.depth == o.depth && in.anonymous == o.anonymous && in.secure == o.secure && in.host == o.host &&
 		in.bucket == o.bucket && in.manageChecked == o.manageChecked && sameFailure(in.failure, o.failure) &&
-		sameManage(in.manage, o.manage) && samePointee(in.readOnly, o.readOnly)
+		sameManage(in.manage, o.manage) && samePointee(in.readOnly, o.readOnly) && in.grandfathered == o.grandfathered
 }
 
 func sameFailure(a, b *taxonomy.Failure) bool {
@@ -114,7 +116,8 @@ func heartbeatDue(prev *phalanksv1beta1.StorageBucketStatus, probedAt time.Time,
 
 // checkConditions returns the conditions of every check the pass covers, in order:
 // the checks before the failed one True, the failed one False with its reason, the
-// ones after it Unknown (not checked).
+// ones after it Unknown (not checked); then SecretLabelMissing (True) when the
+// credentials were read through a grandfathered reference, which leaves Ready alone.
 func checkConditions(in checkInput) []metav1.Condition {
 	var out []metav1.Condition
 	failedAt := -1
@@ -140,7 +143,7 @@ func checkConditions(in checkInput) []metav1.Condition {
 			out = append(out, passedCondition(in, check))
 		}
 	}
-	return out
+	return append(out, grandfatheredCondition(in.grandfathered)...)
 }
 
 func covers(in checkInput, check taxonomy.Check) bool {
@@ -234,7 +237,8 @@ func desiredStatus(prev *phalanksv1beta1.StorageBucketStatus, in statusInput, he
 	checks := append([]metav1.Condition(nil), in.checks...)
 	checks = append(checks, readyCondition(in.checks))
 	changed := conditions.Apply(&next.Conditions, in.generation, at, checks...)
-	for _, typ := range []string{phalanksv1beta1.ConditionAuthenticated, phalanksv1beta1.ConditionBucketAvailable, phalanksv1beta1.ConditionManaged} {
+	for _, typ := range []string{phalanksv1beta1.ConditionAuthenticated, phalanksv1beta1.ConditionBucketAvailable, phalanksv1beta1.ConditionManaged,
+		phalanksv1beta1.ConditionSecretLabelMissing} {
 		if meta.FindStatusCondition(checks, typ) == nil && conditions.Remove(&next.Conditions, typ) {
 			changed = true
 		}
@@ -294,8 +298,9 @@ type eventSpec struct {
 }
 
 // transitionEvents returns the events for the changes from prev to next: Ready
-// becoming True or False (or changing reason while False), and Managed turning to
-// ErrResourceExists. An Unknown Ready (a bucket being created) is no event.
+// becoming True or False (or changing reason while False), Managed turning to
+// ErrResourceExists, and SecretLabelMissing appearing. An Unknown Ready (a bucket being
+// created) is no event.
 func transitionEvents(prev, next []metav1.Condition) []eventSpec {
 	var out []eventSpec
 	before, after := meta.FindStatusCondition(prev, phalanksv1beta1.ConditionReady), meta.FindStatusCondition(next, phalanksv1beta1.ConditionReady)
@@ -310,6 +315,10 @@ func transitionEvents(prev, next []metav1.Condition) []eventSpec {
 	if mAfter != nil && mAfter.Reason == string(taxonomy.ReasonErrResourceExists) &&
 		(mBefore == nil || mBefore.Reason != mAfter.Reason) && (after == nil || after.Reason != mAfter.Reason) {
 		out = append(out, eventSpec{corev1.EventTypeWarning, mAfter.Reason, "Manage", mAfter.Message})
+	}
+	if g := meta.FindStatusCondition(next, phalanksv1beta1.ConditionSecretLabelMissing); g != nil &&
+		meta.FindStatusCondition(prev, phalanksv1beta1.ConditionSecretLabelMissing) == nil {
+		out = append(out, eventSpec{corev1.EventTypeWarning, eventSecretLabelMissing, "Probe", g.Message})
 	}
 	return out
 }

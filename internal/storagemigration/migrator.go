@@ -41,6 +41,10 @@ type Migrator struct {
 	// RetryInitial is the first delay before retrying a failed pass (default 1s,
 	// doubling up to five minutes).
 	RetryInitial time.Duration
+	// Before, when set, runs first in every pass: a pass whose Before fails changes
+	// nothing and is retried. What must be decided while storedVersions still lists the
+	// old versions (the grandfathered Secret references) is decided here.
+	Before func(context.Context) error
 }
 
 // Result says what one migration pass did.
@@ -82,6 +86,11 @@ func (m *Migrator) Start(ctx context.Context) error {
 // version, then trims storedVersions. It does nothing when only the storage version is
 // listed.
 func (m *Migrator) Migrate(ctx context.Context) (Result, error) {
+	if m.Before != nil {
+		if err := m.Before(ctx); err != nil {
+			return Result{}, err
+		}
+	}
 	crd := &apiextensionsv1.CustomResourceDefinition{}
 	if err := m.Reader.Get(ctx, client.ObjectKey{Name: m.CRDName}, crd); err != nil {
 		return Result{}, fmt.Errorf("get CRD %s: %w", m.CRDName, err)

@@ -81,10 +81,7 @@ type Params struct {
 // make's output, which is also in the error when make fails.
 func Generate(ctx context.Context, root, workDir string, p Params, log io.Writer) (string, error) {
 	copyRoot := filepath.Join(workDir, "tree")
-	if err := copyTree(ctx, root, copyRoot); err != nil {
-		return "", err
-	}
-	if err := commitAll(ctx, copyRoot); err != nil {
+	if err := CopyRepository(ctx, root, copyRoot); err != nil {
 		return "", err
 	}
 	args := []string{"-C", copyRoot, "--no-print-directory", "bundle", "VERSION=" + p.Version}
@@ -100,14 +97,30 @@ func Generate(ctx context.Context, root, workDir string, p Params, log io.Writer
 	if log != nil {
 		w = io.MultiWriter(&out, log)
 	}
-	cmd := exec.CommandContext(ctx, "make", args...)
+	cmd := Make(ctx, args...)
 	cmd.Stdout, cmd.Stderr = w, w
-	// A release runs make in its own checkout; the caller's make variables must not leak in.
-	cmd.Env = withoutMakeVars(os.Environ())
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("make bundle VERSION=%s: %w\n%s", p.Version, err, out.String())
 	}
 	return filepath.Join(copyRoot, Dir), nil
+}
+
+// Make returns a make command whose environment has none of a calling make's variables:
+// a release runs make in its own checkout, and the caller's must not leak in.
+func Make(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "make", args...)
+	cmd.Env = withoutMakeVars(os.Environ())
+	return cmd
+}
+
+// CopyRepository copies the files of the git work tree at root that git tracks or does
+// not ignore (uncommitted work included) into dst, and commits them in a fresh repository
+// there, so that what reads the history (the CSV's createdAt) sees the tree as a checkout.
+func CopyRepository(ctx context.Context, root, dst string) error {
+	if err := copyTree(ctx, root, dst); err != nil {
+		return err
+	}
+	return commitAll(ctx, dst)
 }
 
 // copyTree copies the files of the git work tree at root that git tracks or does not

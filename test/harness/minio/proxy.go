@@ -48,11 +48,15 @@ var NotImplemented = &S3Error{Status: http.StatusNotImplemented, Code: "NotImple
 var InternalError = &S3Error{Status: http.StatusInternalServerError, Code: "InternalError"}
 
 // StartProxy starts a proxy in front of s on a free loopback port. s must serve plain HTTP.
-func (s *Server) StartProxy() (*Proxy, error) {
+func (s *Server) StartProxy() (*Proxy, error) { return s.StartProxyOn("127.0.0.1") }
+
+// StartProxyOn starts the proxy on a free port of host: the local cluster's node
+// address, for pods to reach it (cluster.NodeIP).
+func (s *Server) StartProxyOn(host string) (*Proxy, error) {
 	if s.opts.TLS {
 		return nil, fmt.Errorf("the proxy forwards plain HTTP only")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, err
 	}

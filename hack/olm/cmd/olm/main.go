@@ -11,22 +11,17 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
-	apimanifests "github.com/operator-framework/api/pkg/manifests"
-	"github.com/operator-framework/operator-registry/alpha/declcfg"
 	"github.com/sirupsen/logrus"
 
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 	"github.com/phalanks/phalanks-operator/hack/olm/catalog"
-	"github.com/phalanks/phalanks-operator/hack/olm/images"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
@@ -72,61 +67,10 @@ func runCatalog(ctx context.Context, root string, args []string) error {
 	if *image == "" {
 		return errors.New("catalog: --bundle-image is required")
 	}
-	work, err := os.MkdirTemp("", "olm-catalog-")
+	b, headDir, err := catalog.Update(ctx, root, *image, *from, *plainHTTP, os.Stdout)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(work) }()
-	builder := &images.Builder{Root: root, WorkDir: work}
-
-	csv, err := apimanifests.GetBundleFromDir(filepath.Join(root, bundle.Dir))
-	if err != nil {
-		return fmt.Errorf("load %s: %w", bundle.Dir, err)
-	}
-	// A released version's catalog entry is its released bundle (with the manager pinned
-	// by digest), not the working bundle/ of the same version.
-	headDir := bundle.Dir
-	if released := catalog.ReleaseDir(csv.CSV.Spec.Version.String()); exists(filepath.Join(root, released)) {
-		headDir = released
-	}
-	b, err := catalog.BundleFromImage(ctx, builder, root, headDir, *image, *from, *plainHTTP)
-	if err != nil {
-		return err
-	}
-	var icon *declcfg.Icon
-	if len(csv.CSV.Spec.Icon) > 0 {
-		data, err := base64.StdEncoding.DecodeString(csv.CSV.Spec.Icon[0].Data)
-		if err != nil {
-			return fmt.Errorf("CSV icon: %w", err)
-		}
-		icon = &declcfg.Icon{Data: data, MediaType: csv.CSV.Spec.Icon[0].MediaType}
-	}
-	pkgDir := catalog.PackageDir(root)
-	cfg, err := catalog.Load(ctx, pkgDir)
-	if err != nil {
-		return err
-	}
-	if err := catalog.AddHead(cfg, b, icon, csv.CSV.GetAnnotations()["description"]); err != nil {
-		return err
-	}
-	err = catalog.ReferenceReleases(cfg, func(version, ref string) (*declcfg.Bundle, error) {
-		fmt.Printf("olm: rendering release %s from its bundle image (%s)\n", version, catalog.ReleaseDir(version))
-		return catalog.BundleFromImage(ctx, builder, root, catalog.ReleaseDir(version), ref, "", false)
-	})
-	if err != nil {
-		return err
-	}
-	if err := catalog.Write(pkgDir, cfg); err != nil {
-		return err
-	}
-	if err := catalog.Validate(ctx, filepath.Join(root, catalog.Dir)); err != nil {
-		return fmt.Errorf("the updated catalog does not validate: %w", err)
-	}
-	fmt.Printf("olm: %s (%s, from %s) is the head of channel %s in %s\n", b.Name, b.Image, headDir, bundle.Channel, pkgDir)
+	fmt.Printf("olm: %s (%s, from %s) is the head of channel %s in %s\n", b.Name, b.Image, headDir, bundle.Channel, catalog.PackageDir(root))
 	return nil
-}
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }

@@ -132,6 +132,13 @@ func Prepare(t testing.TB) *Operator {
 	return o
 }
 
+// AddArgs adds manager arguments to the CSV Deployment's, before Start: what an
+// administrator would add to the installed CSV (an endpoint policy that allows the
+// test's loopback MinIO).
+func (o *Operator) AddArgs(args ...string) {
+	o.proc.Args = append(o.proc.Args, args...)
+}
+
 // Start grants the CSV's permissions to the manager's user, then starts the manager with
 // the CSV Deployment's arguments (listen addresses moved to free loopback ports, the
 // metrics endpoint off, the leader election Lease in Namespace) and waits until it is
