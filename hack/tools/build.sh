@@ -310,6 +310,7 @@ lock() {
 			echo "tools: waiting for $set, which a background build is making (raised to normal priority)"
 			renice -n 0 -g "$pgid" >/dev/null 2>&1 || true
 			ionice -c 2 -n 4 -P "$pgid" >/dev/null 2>&1 || true
+			autogroup_nice "$pgid" 0
 		else
 			echo "tools: waiting for $set, which another build on this machine is making"
 		fi
@@ -324,6 +325,17 @@ lower() {
 	pgid=$(ps -o pgid= $$ | tr -d ' ')
 	renice -n 19 -g "$pgid" >/dev/null 2>&1 || true
 	ionice -c 3 -P "$pgid" >/dev/null 2>&1 || true
+	autogroup_nice $$ 19
+}
+
+# autogroup_nice gives the session of process $1 the CPU share of nice value $2. With the
+# kernel's autogroup scheduling (on by default in most distributions), each session
+# (setsid) shares the CPU with the others as one group whatever its processes' nice
+# values, so a background build's nice 19 alone still took half the CPU from the
+# foreground; the group's own nice value is what lowers it.
+autogroup_nice() {
+	[[ -w /proc/$1/autogroup ]] || return 0
+	echo "$2" 2>/dev/null >"/proc/$1/autogroup" || true
 }
 
 # remaining_estimate sums the estimates of the sets from index $1 of the run on.
@@ -559,6 +571,9 @@ if [[ $background == start ]]; then
 	start_background "${sets[@]}"
 	exit 0
 fi
+# A background worker runs in a session of its own (setsid), which the autogroup scheduler
+# shares the CPU with as an equal unless the session is lowered too.
+[[ $background == worker ]] && autogroup_nice $$ 19
 [[ $background == worker ]] && echo "tools: background build of ${sets[*]} started $(date -u +%FT%TZ)"
 run_sets=("${sets[@]}")
 declare -A done_sets=()
