@@ -173,7 +173,7 @@ func TestABackgroundBuildIsWaitedForByWhatNeedsIt(t *testing.T) {
 	// The background build holds the set once it has started building it.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, err := os.Stat(filepath.Join(cache, ".background-peers")); err == nil {
+		if data, err := os.ReadFile(filepath.Join(cache, ".background-peers")); err == nil && strings.TrimSpace(string(data)) != "" {
 			break
 		}
 		if time.Now().After(deadline) {
