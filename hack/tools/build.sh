@@ -86,11 +86,13 @@ for dir in "$tools"/kube-*/; do
 	tags[$set]=providerless
 done
 
-# Roughly how long a first build of each set takes on two cores with an empty Go build
-# cache (measured on this project's CI machines), for the plan printed before building.
+# Roughly how long a first build of each set takes on two cores with empty Go build and
+# module caches, for the plan printed before building: from a cold .ci/run on
+# 2026-11-28 (go build std from an empty cache: 44 s), rounded up; the sets built in the
+# background shared the CPU with the foreground then, so theirs are on the high side.
 declare -A estimate=(
-	[gen]=1 [lint]=3 [kube]=6 [kubectl]=2 [kwok]=2 [minio]=4 [olm]=5 [peers]=1
-	[node]=4 [containerd]=5 [cni]=1 [sdk]=3 [krew]=1 [vuln]=2 [prometheus]=5 [prometheus-operator]=3 [olmv1]=5
+	[gen]=2 [lint]=3 [kube]=14 [kubectl]=1 [kwok]=4 [minio]=7 [olm]=15 [peers]=1
+	[node]=1 [containerd]=2 [cni]=1 [sdk]=8 [krew]=1 [vuln]=2 [prometheus]=12 [prometheus-operator]=7 [olmv1]=8
 )
 
 # A step some sets take after their binaries are built, in the set's directory $1.
