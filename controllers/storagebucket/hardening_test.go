@@ -460,7 +460,7 @@ var _ = Describe("An API error during a pass", func() {
 		sb.Labels = map[string]string{label: "true"}
 		sb.Spec.HealthCheck.Interval = &metav1.Duration{Duration: 10 * time.Minute}
 		create(sb)
-		Eventually(func() string { return logs.String() }).WithTimeout(30*time.Second).
+		Eventually(func() string { return logs.String() }).WithTimeout(time.Minute).
 			Should(ContainSubstring("status writes denied by the test"), "the pass failed writing the status")
 		Consistently(func() []metav1.Condition { return get(sb).Status.Conditions }).WithTimeout(2 * time.Second).Should(BeEmpty())
 

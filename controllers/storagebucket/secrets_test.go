@@ -38,6 +38,9 @@ var _ = Describe("StorageBucket secrets", func() {
 		Expect(k8s.Delete(ctx, sec)).To(Succeed())
 		eventuallyReady(sb, metav1.ConditionFalse, "SecretNotFound", 30*time.Second)
 
+		// The checks below mean something only once the manager has logged: on a loaded
+		// machine its log lines may come after the events.
+		Eventually(logs.String).WithTimeout(time.Minute).ShouldNot(BeEmpty(), "the manager logs at debug level")
 		var evs eventsv1.EventList
 		Expect(k8s.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
 		Expect(evs.Items).NotTo(BeEmpty())
