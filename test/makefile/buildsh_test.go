@@ -1,9 +1,11 @@
 package makefile_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,15 +187,19 @@ func TestABackgroundBuildIsWaitedForByWhatNeedsIt(t *testing.T) {
 	// It runs at the lowest priority: its processes at nice 19 and, where the kernel
 	// groups sessions (autogroup), its session's group too, without which a session of
 	// its own shares the CPU with the foreground as an equal.
-	pgid, err := os.ReadFile(filepath.Join(cache, ".background-peers"))
+	data, err := os.ReadFile(filepath.Join(cache, ".background-peers"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ni, err := exec.Command("ps", "-o", "ni=", "-p", strings.TrimSpace(string(pgid))).Output(); err != nil || strings.TrimSpace(string(ni)) != "19" {
+	pgid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatalf("the background build's process group %q: %v", data, err)
+	}
+	if ni, err := exec.Command("ps", "-o", "ni=", "-p", strconv.Itoa(pgid)).Output(); err != nil || strings.TrimSpace(string(ni)) != "19" {
 		t.Errorf("the background build runs at nice %q (%v), want 19", ni, err)
 	}
 	if _, err := os.Stat("/proc/self/autogroup"); err == nil {
-		group, err := os.ReadFile("/proc/" + strings.TrimSpace(string(pgid)) + "/autogroup")
+		group, err := os.ReadFile(fmt.Sprintf("/proc/%d/autogroup", pgid))
 		if err != nil || !strings.HasSuffix(strings.TrimSpace(string(group)), "nice 19") {
 			t.Errorf("the background build's session group is %q (%v), want nice 19", group, err)
 		}
