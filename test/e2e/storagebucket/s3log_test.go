@@ -11,6 +11,7 @@ import (
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
@@ -31,7 +32,7 @@ type s3Log struct {
 	managers map[int]string
 	owners   map[string]string
 	// slow, when set, says how long to hold the answer of a request; held counts, per
-	// manager and kind of request, the answers being held now.
+	// manager and kind of request, the answers being held now (of requests served).
 	slow func(x s3Exchange) time.Duration
 	held map[string]int
 }
@@ -60,8 +61,7 @@ func (l *s3Log) slowDown(slow func(x s3Exchange) time.Duration) {
 	l.slow = slow
 }
 
-// hold says how long to hold the answer of an arriving request, as slowDown says, and
-// counts it as held for that long.
+// hold says how long to hold the answer of an arriving request, as slowDown says.
 func (l *s3Log) hold(r *http.Request) time.Duration {
 	l.mu.Lock()
 	slow := l.slow
@@ -70,22 +70,7 @@ func (l *s3Log) hold(r *http.Request) time.Duration {
 		return 0
 	}
 	bucket, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
-	x := s3Exchange{Exchange: minio.Exchange{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery}, bucket: bucket, key: key}
-	d := slow(x)
-	if d <= 0 {
-		return 0
-	}
-	x.manager = l.ownerOf(r.RemoteAddr)
-	kind := x.manager + " " + x.kind()
-	l.mu.Lock()
-	l.held[kind]++
-	l.mu.Unlock()
-	time.AfterFunc(d, func() {
-		l.mu.Lock()
-		l.held[kind]--
-		l.mu.Unlock()
-	})
-	return d
+	return slow(s3Exchange{Exchange: minio.Exchange{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery}, bucket: bucket, key: key})
 }
 
 // holding returns how many answers to requests of a kind (see s3Exchange.kind) from a
@@ -119,12 +104,27 @@ func (l *s3Log) untrack(m *manager) {
 	}
 }
 
+// record logs an exchange once the server answered it. An answer held from then on
+// counts as held until it is sent: the request was whole and took effect, and only
+// its sender is kept waiting (a pause now leaves nothing half sent).
 func (l *s3Log) record(e minio.Exchange) {
 	bucket, key, _ := strings.Cut(strings.TrimPrefix(e.Path, "/"), "/")
 	x := s3Exchange{Exchange: e, bucket: bucket, key: key, manager: l.ownerOf(e.Remote)}
 	l.mu.Lock()
 	l.exchanges = append(l.exchanges, x)
 	l.mu.Unlock()
+	if e.Held <= 0 || e.Aborted {
+		return
+	}
+	kind := x.manager + " " + x.kind()
+	l.mu.Lock()
+	l.held[kind]++
+	l.mu.Unlock()
+	time.AfterFunc(e.Held, func() {
+		l.mu.Lock()
+		l.held[kind]--
+		l.mu.Unlock()
+	})
 }
 
 func (l *s3Log) ownerOf(remote string) string {
@@ -168,11 +168,14 @@ type window struct {
 
 // overlaps returns, for the first bucket found, two managers' windows of activity on
 // one bucket that overlap in time: two replicas probing or managing one bucket at once.
+// A request its sender gave up half way through sending (Aborted: a process paused in
+// the middle of sending it, which cancels it when it continues) never reached MinIO
+// whole and did nothing, so it is no activity.
 func overlaps(exchanges []s3Exchange) error {
 	perBucket := map[string]map[string][]window{}
 	sort.Slice(exchanges, func(i, j int) bool { return exchanges[i].Start.Before(exchanges[j].Start) })
 	for _, x := range exchanges {
-		if x.bucket == "" {
+		if x.bucket == "" || x.Aborted {
 			continue
 		}
 		byManager := perBucket[x.bucket]
@@ -215,6 +218,22 @@ func overlaps(exchanges []s3Exchange) error {
 	}
 	return nil
 }
+
+var _ = Describe("Two replicas on one bucket (overlaps)", func() {
+	at := func(s float64) time.Time { return time.Unix(0, 0).Add(time.Duration(s * float64(time.Second))) }
+	exchange := func(manager string, from, to float64, aborted bool) s3Exchange {
+		return s3Exchange{Exchange: minio.Exchange{Method: http.MethodPost, Path: "/b/", Query: "delete=",
+			Start: at(from), End: at(to), Aborted: aborted}, bucket: "b", manager: manager}
+	}
+	It("finds a replica's request on a bucket while another's is under way", func() {
+		Expect(overlaps([]s3Exchange{exchange("r1", 0, 8, false), exchange("r2", 5, 6, false)})).
+			To(MatchError(ContainSubstring("bucket b: r1 worked on it")))
+	})
+	It("counts no request its sender abandoned half way: MinIO never got it whole", func() {
+		Expect(overlaps([]s3Exchange{exchange("r1", 0, 8, true), exchange("r2", 5, 6, false)})).To(Succeed())
+		Expect(overlaps([]s3Exchange{exchange("r1", 0, 1, false), exchange("r1", 1.1, 8, true), exchange("r2", 5, 6, false)})).To(Succeed())
+	})
+})
 
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {

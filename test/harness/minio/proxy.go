@@ -3,6 +3,7 @@ package minio
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -75,6 +76,8 @@ func (s *Server) StartProxyOn(host string) (*Proxy, error) {
 		if observe != nil {
 			observe(r)
 		}
+		body := &bodyReader{ReadCloser: r.Body}
+		r.Body = body
 		var held time.Duration
 		if hold != nil {
 			held = hold(r)
@@ -86,7 +89,7 @@ func (s *Server) StartProxyOn(host string) (*Proxy, error) {
 			forward.ServeHTTP(answer, r)
 			if record != nil {
 				record(Exchange{Remote: r.RemoteAddr, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
-					Start: start, End: time.Now(), Status: answer.status})
+					Start: start, End: time.Now(), Status: answer.status, Held: held, Aborted: body.broken()})
 			}
 			select {
 			case <-time.After(held):
@@ -104,7 +107,7 @@ func (s *Server) StartProxyOn(host string) (*Proxy, error) {
 		if record != nil {
 			defer func() {
 				record(Exchange{Remote: r.RemoteAddr, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
-					Start: start, End: time.Now(), Status: rec.status})
+					Start: start, End: time.Now(), Status: rec.status, Aborted: body.broken()})
 			}()
 		}
 		if rule != nil {
@@ -160,6 +163,42 @@ type Exchange struct {
 	// (an answer HoldAnswers holds reaches the client later).
 	Start, End time.Time
 	Status     int
+	// Held is how long the answer is held (HoldAnswers) after End.
+	Held time.Duration
+	// Aborted says the client stopped sending the request before its body's end (it
+	// closed the connection half way, as a process does that cancels a request it was
+	// paused in the middle of sending): the server never got the request whole, so it
+	// did nothing.
+	Aborted bool
+}
+
+// bodyReader reads a request's body and remembers whether reading it failed before
+// its end.
+type bodyReader struct {
+	io.ReadCloser
+	mu  sync.Mutex
+	eof bool
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.mu.Lock()
+		if err == io.EOF {
+			b.eof = true
+		} else if !b.eof {
+			b.err = err
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+func (b *bodyReader) broken() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err != nil
 }
 
 // HoldAnswers serves every request for which fn returns a duration at once, and holds
