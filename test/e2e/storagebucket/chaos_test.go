@@ -2,6 +2,7 @@ package storagebucket_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -667,7 +668,7 @@ func (ch *chaos) checkEverySecond(ctx context.Context) error {
 func (ch *chaos) check(now time.Time) error {
 	exchanges := ch.s3log.snapshot()
 	if err := overlaps(exchanges); err != nil {
-		return fmt.Errorf("two replicas at once: %w", err)
+		return fmt.Errorf("two replicas at once: %w%s", err, ch.ownership(err))
 	}
 	if err := ch.deletedWhileAlive(exchanges); err != nil {
 		return err
@@ -682,6 +683,32 @@ func (ch *chaos) check(now time.Time) error {
 		return err
 	}
 	return ch.orphans(now)
+}
+
+// ownership says, for an overlap, which StorageBuckets the bucket belonged to and
+// whether the ring's history lets each of the two managers own their slots then.
+func (ch *chaos) ownership(err error) string {
+	var o *overlapError
+	if !errors.As(err, &o) {
+		return ""
+	}
+	ch.mu.Lock()
+	lives := append([]*incarnation(nil), ch.lives[o.bucket]...)
+	ch.mu.Unlock()
+	var b strings.Builder
+	for _, inc := range lives {
+		slot := sharding.SlotOf(inc.uid)
+		fmt.Fprintf(&b, "\n  StorageBucket %s (slot %d) created %s, deletion asked %s", inc.uid, slot,
+			inc.created.Format("15:04:05.000"), inc.deleteRequested.Format("15:04:05.000"))
+		for _, w := range []window{o.a, o.b} {
+			verdict := "may own it"
+			if err := ch.ring.mayOwn(w.manager, slot, w.start, chaosLease); err != nil {
+				verdict = err.Error()
+			}
+			fmt.Fprintf(&b, "; at %s %s: %s", w.start.Format("15:04:05.000"), w.manager, verdict)
+		}
+	}
+	return b.String()
 }
 
 // canaryNotFound finds a canary read answered 404: a probe writes its canary and reads

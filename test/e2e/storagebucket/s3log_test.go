@@ -164,6 +164,17 @@ const activityGap = 300 * time.Millisecond
 type window struct {
 	manager    string
 	start, end time.Time
+	// requests says what the window's first requests were, for the failure message.
+	requests []string
+}
+
+// add joins x to the window.
+func (w *window) add(x s3Exchange) {
+	w.end = maxTime(w.end, x.End)
+	if len(w.requests) < 6 {
+		w.requests = append(w.requests, fmt.Sprintf("%s %s?%s %s–%s %d", x.Method, x.Path, x.Query,
+			x.Start.Format("05.000"), x.End.Format("05.000"), x.Status))
+	}
 }
 
 // overlaps returns, for the first bucket found, two managers' windows of activity on
@@ -185,9 +196,11 @@ func overlaps(exchanges []s3Exchange) error {
 		}
 		ws := byManager[x.manager]
 		if n := len(ws); n > 0 && x.Start.Sub(ws[n-1].end) < activityGap {
-			ws[n-1].end = maxTime(ws[n-1].end, x.End)
+			ws[n-1].add(x)
 		} else {
-			ws = append(ws, window{manager: x.manager, start: x.Start, end: x.End})
+			w := window{manager: x.manager, start: x.Start, end: x.End}
+			w.add(x)
+			ws = append(ws, w)
 		}
 		byManager[x.manager] = ws
 	}
@@ -208,9 +221,7 @@ func overlaps(exchanges []s3Exchange) error {
 			active = kept
 			for _, a := range active {
 				if a.manager != b.manager {
-					return fmt.Errorf("bucket %s: %s worked on it %s–%s while %s did %s–%s", bucket,
-						a.manager, a.start.Format("15:04:05.000"), a.end.Format("15:04:05.000"),
-						b.manager, b.start.Format("15:04:05.000"), b.end.Format("15:04:05.000"))
+					return &overlapError{bucket: bucket, a: a, b: b}
 				}
 			}
 			active = append(active, b)
@@ -234,6 +245,19 @@ var _ = Describe("Two replicas on one bucket (overlaps)", func() {
 		Expect(overlaps([]s3Exchange{exchange("r1", 0, 1, false), exchange("r1", 1.1, 8, true), exchange("r2", 5, 6, false)})).To(Succeed())
 	})
 })
+
+// overlapError is two managers' windows of activity on one bucket that overlap.
+type overlapError struct {
+	bucket string
+	a, b   window
+}
+
+func (e *overlapError) Error() string {
+	return fmt.Sprintf("bucket %s: %s worked on it %s–%s while %s did %s–%s (%s: %s; %s: %s)", e.bucket,
+		e.a.manager, e.a.start.Format("15:04:05.000"), e.a.end.Format("15:04:05.000"),
+		e.b.manager, e.b.start.Format("15:04:05.000"), e.b.end.Format("15:04:05.000"),
+		e.a.manager, strings.Join(e.a.requests, ", "), e.b.manager, strings.Join(e.b.requests, ", "))
+}
 
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {
