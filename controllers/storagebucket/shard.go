@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -29,7 +30,7 @@ import (
 // kept on the elected leader; keeping them there would make the leader watch and hold
 // every StorageBucket again.
 //
-// Four things keep a replica from acting on a bucket it no longer owns:
+// Five things keep a replica from acting on a bucket it no longer owns:
 //   - every pass runs under the context of its slot, which the ring member makes and
 //     cancels itself when the slot is given up or the ownership lapses, and the member
 //     keeps a slot claimed until its passes ended (sharding.Member.Begin, End), so two
@@ -42,6 +43,10 @@ import (
 //     the same UID and be (or not be) being deleted, and an ownership check after that
 //     read (the fence): a replica with a stale cache never re-creates a deleted
 //     StorageBucket's bucket, nor deletes a re-created one's;
+//   - the first pass of a StorageBucket after this replica took its slot reads it from
+//     the API server before anything else (current): a cache that missed its deletion
+//     by another replica never probes a bucket a new StorageBucket of the same bucket
+//     name owns by now;
 //   - status and finalizer writes check ownership and carry a resourceVersion
 //     precondition.
 
@@ -287,6 +292,25 @@ func (r *Reconciler) ownedOrDeleted() predicate.Predicate {
 type fencedError struct{ why string }
 
 func (e *fencedError) Error() string { return "not changing the bucket: " + e.why }
+
+// current reads sb from the API server (not the cache) and reports whether it still
+// exists with the same UID. A pass asks it first when this replica has just taken the
+// StorageBucket's slot, before any S3 request: a cache that missed its deletion by
+// another replica would otherwise probe its bucket, which a new StorageBucket of the
+// same bucket name may own by now.
+func (r *Reconciler) current(ctx context.Context, sb *phalanksv1beta1.StorageBucket) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, fenceTimeout)
+	defer cancel()
+	live := &metav1.PartialObjectMetadata{}
+	live.SetGroupVersionKind(phalanksv1beta1.GroupVersion.WithKind("StorageBucket"))
+	switch err := r.api.Get(ctx, client.ObjectKeyFromObject(sb), live); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("confirm the StorageBucket with the API server: %w", err)
+	}
+	return live.UID == sb.UID, nil
+}
 
 func fenced(err error) bool {
 	var f *fencedError

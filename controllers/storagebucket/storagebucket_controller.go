@@ -288,6 +288,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, nil
 	}
+	if known, ok := r.mem.uidOf(req.NamespacedName); r.opts.Shard != nil && (!ok || known != sb.UID) {
+		// The first pass since this replica took the slot: its cache may still hold a
+		// StorageBucket that another replica deleted meanwhile (this process was paused
+		// or its watch away), whose bucket name a new StorageBucket may have taken since.
+		if current, err := r.current(ctx, sb); err != nil || !current {
+			r.forget(sb.UID)
+			return ctrl.Result{}, err
+		}
+	}
 	if predecessor, replaced := r.mem.track(sb.UID, req.NamespacedName); replaced {
 		// Deleted and created again while the queue merged the events: the old object's
 		// memory and schedule go, the new one starts unknown.
