@@ -514,7 +514,7 @@ func (ch *chaos) pauseWithWorkInFlight() {
 	Eventually(func() bool {
 		err := ch.p.c.Get(ctx, client.ObjectKeyFromObject(sb), &phalanksv1beta1.StorageBucket{})
 		return apierrors.IsNotFound(err)
-	}).WithTimeout(2*chaosGapBound).WithPolling(200*time.Millisecond).Should(BeTrue(), "StorageBucket %s was not deleted", name)
+	}).WithTimeout(ch.deletionBound()).WithPolling(200*time.Millisecond).Should(BeTrue(), "StorageBucket %s was not deleted", name)
 	Expect(bucketExists(ch.p.s3, name)).To(BeFalse())
 }
 
@@ -623,16 +623,14 @@ func (ch *chaos) churn(ctx context.Context) error {
 			return err
 		}
 		ch.note("delete StorageBucket %s (%s)", name, sb.UID)
-		// Deletion waits for the bucket's owner, which a fault may have taken away for a
-		// takeover's time.
-		deadline := time.Now().Add(2 * chaosGapBound)
+		deadline := time.Now().Add(ch.deletionBound())
 		for {
 			err := ch.p.c.Get(context.Background(), client.ObjectKeyFromObject(sb), &phalanksv1beta1.StorageBucket{})
 			if apierrors.IsNotFound(err) {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("StorageBucket %s was not deleted within %s", name, 2*chaosGapBound)
+				return fmt.Errorf("StorageBucket %s was not deleted within %s", name, ch.deletionBound())
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -641,6 +639,17 @@ func (ch *chaos) churn(ctx context.Context) error {
 		sleepCtx(ctx, time.Second+time.Duration(ch.churnRng.IntN(2000))*time.Millisecond)
 	}
 	return nil
+}
+
+// deletionBound is how long a deletion may wait for the bucket's owner, which a fault
+// may have taken away for a takeover's time: twice the bound on the time between two
+// probes, and the relist of a replica that lists its share from the API server (its
+// informer gets the StorageBuckets of the slots it takes over only then).
+func (ch *chaos) deletionBound() time.Duration {
+	if ch.serverSide {
+		return 2*chaosGapBound + relistBound
+	}
+	return 2 * chaosGapBound
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
