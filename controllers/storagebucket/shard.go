@@ -299,17 +299,24 @@ func (e *fencedError) Error() string { return "not changing the bucket: " + e.wh
 // another replica would otherwise probe its bucket, which a new StorageBucket of the
 // same bucket name may own by now.
 func (r *Reconciler) current(ctx context.Context, sb *phalanksv1beta1.StorageBucket) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, fenceTimeout)
-	defer cancel()
-	live := &metav1.PartialObjectMetadata{}
-	live.SetGroupVersionKind(phalanksv1beta1.GroupVersion.WithKind("StorageBucket"))
-	switch err := r.api.Get(ctx, client.ObjectKeyFromObject(sb), live); {
+	switch live, err := r.liveMetadata(ctx, sb); {
 	case apierrors.IsNotFound(err):
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("confirm the StorageBucket with the API server: %w", err)
+	default:
+		return live.UID == sb.UID, nil
 	}
-	return live.UID == sb.UID, nil
+}
+
+// liveMetadata reads sb's metadata from the API server, not the cache, within
+// fenceTimeout.
+func (r *Reconciler) liveMetadata(ctx context.Context, sb *phalanksv1beta1.StorageBucket) (*metav1.PartialObjectMetadata, error) {
+	ctx, cancel := context.WithTimeout(ctx, fenceTimeout)
+	defer cancel()
+	live := &metav1.PartialObjectMetadata{}
+	live.SetGroupVersionKind(phalanksv1beta1.GroupVersion.WithKind("StorageBucket"))
+	return live, r.api.Get(ctx, client.ObjectKeyFromObject(sb), live)
 }
 
 func fenced(err error) bool {
@@ -331,11 +338,8 @@ func (r *Reconciler) fence(sb *phalanksv1beta1.StorageBucket, deleting bool) fun
 		if !r.owns(sb.UID) {
 			return &fencedError{"this replica no longer owns the StorageBucket's shard slot"}
 		}
-		ctx, cancel := context.WithTimeout(ctx, fenceTimeout)
-		defer cancel()
-		live := &metav1.PartialObjectMetadata{}
-		live.SetGroupVersionKind(phalanksv1beta1.GroupVersion.WithKind("StorageBucket"))
-		if err := r.api.Get(ctx, client.ObjectKeyFromObject(sb), live); err != nil {
+		live, err := r.liveMetadata(ctx, sb)
+		if err != nil {
 			return &fencedError{"could not confirm the StorageBucket with the API server: " + err.Error()}
 		}
 		switch {
