@@ -2,14 +2,16 @@
 # non-root user 65532 (restricted Pod Security). Built for any TARGETPLATFORM; the
 # daemonless build (make docker-build, hack/olm/images) makes the same image for
 # linux/amd64 and linux/arm64 without a container runtime, and a test in make test fails
-# when this file and that build disagree (entrypoint, user, labels, files).
+# when this file and that build disagree (entrypoint, user, labels, files) or when the
+# builder stage lacks a file the manager compiles (the context .dockerignore admits and
+# the COPYs below).
 FROM --platform=$BUILDPLATFORM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH
 WORKDIR /workspace
 COPY go.mod go.sum ./
 RUN go mod download
-COPY main.go main.go
+COPY *.go ./
 COPY api/ api/
 COPY controllers/ controllers/
 COPY internal/ internal/

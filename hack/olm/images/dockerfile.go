@@ -3,6 +3,7 @@ package images
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -27,6 +28,13 @@ type DockerGoBuild struct {
 	Env map[string]string
 	// Flags are the arguments between `build` and the package, without `-o OUT`.
 	Flags []string
+	// Binary is the module (a repository directory) and package it compiles.
+	Binary GoBinary
+	// Dir is the stage directory it runs in, holding Binary.Module.
+	Dir string
+	// Copied maps each path of the stage that a COPY from the context filled before the
+	// build to the repository path it came from.
+	Copied map[string]string
 }
 
 // dockerStage is one FROM … stage while it is read.
@@ -247,6 +255,13 @@ func (st *dockerStage) copy(root string, stages []*dockerStage, rest string) err
 	}
 	sources, dstArg := fields[:len(fields)-1], fields[len(fields)-1]
 	intoDir := strings.HasSuffix(dstArg, "/") || len(sources) > 1
+	if fromStage == nil {
+		var err error
+		if sources, err = globContext(root, sources); err != nil {
+			return err
+		}
+		intoDir = intoDir || len(sources) > 1
+	}
 	for _, src := range sources {
 		dst := st.resolve(dstArg)
 		if fromStage == nil {
@@ -279,6 +294,33 @@ func (st *dockerStage) copy(root string, stages []*dockerStage, rest string) err
 		}
 	}
 	return nil
+}
+
+// globContext expands the wildcards of COPY sources from the context (relative to
+// root) as a builder does; a pattern that matches nothing is an error, as it is there.
+func globContext(root string, sources []string) ([]string, error) {
+	var out []string
+	for _, src := range sources {
+		if !strings.ContainsAny(src, "*?[") {
+			out = append(out, src)
+			continue
+		}
+		matches, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(src)))
+		if err != nil {
+			return nil, err
+		}
+		if len(matches) == 0 {
+			return nil, fmt.Errorf("%s matches no file of the context", src)
+		}
+		for _, m := range matches {
+			rel, err := filepath.Rel(root, m)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, filepath.ToSlash(rel))
+		}
+	}
+	return out, nil
 }
 
 func (st *dockerStage) run(rest string) error {
@@ -343,7 +385,7 @@ func (st *dockerStage) goBuild(cwd string, env map[string]string, args []string)
 	}
 	dst := st.resolve(st.expand(out))
 	st.built[dst] = bin
-	st.goBuilds[dst] = DockerGoBuild{Env: env, Flags: flags}
+	st.goBuilds[dst] = DockerGoBuild{Env: env, Flags: flags, Binary: *bin, Dir: cwd, Copied: maps.Clone(st.copied)}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package images_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,4 +111,75 @@ func TestDriftIsCaught(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDockerfileBuildStagesHoldTheirSources requires every builder stage of each
+// Dockerfile to hold what its go build compiles from its own module (go.mod, go.sum, the
+// source and embedded files of the packages the binary links), through the context the
+// Dockerfile's ignore file admits and the stage's COPYs; and a Dockerfile or an ignore
+// file that leaves one of the manager's files out to be caught.
+func TestDockerfileBuildStagesHoldTheirSources(t *testing.T) {
+	p := testParams
+	p.Root = repoRoot(t)
+	missing := func(t *testing.T, name, text string, ignore []string) []string {
+		t.Helper()
+		d, err := images.ParseDockerfileText(p.Root, name, text, buildArgs(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := d.MissingSources(t.Context(), p.Root, ignore)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	read := func(name string) string {
+		data, err := os.ReadFile(filepath.Join(p.Root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	ignores := map[string][]string{}
+	for _, s := range specs(t, p) {
+		ignore, err := images.IgnorePatterns(p.Root, s.Dockerfile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ignores[s.Dockerfile] = ignore
+		t.Run(s.Name, func(t *testing.T) {
+			for _, m := range missing(t, s.Dockerfile, read(s.Dockerfile), ignore) {
+				t.Error(m)
+			}
+		})
+	}
+
+	operator := read("Dockerfile")
+	// The manager's package main spans several files; the Dockerfile of release 0.2.0
+	// copied main.go alone, and its .dockerignore admitted main.go alone.
+	const oneFile = "COPY main.go main.go\n"
+	t.Run("a main package file the Dockerfile does not copy", func(t *testing.T) {
+		text := strings.Replace(operator, "COPY *.go ./\n", oneFile, 1)
+		if text == operator {
+			t.Fatal("the change did not apply: the Dockerfile changed under this test")
+		}
+		got := missing(t, "Dockerfile", text, ignores["Dockerfile"])
+		if !slices.ContainsFunc(got, func(m string) bool { return strings.HasPrefix(m, "shard.go ") }) {
+			t.Errorf("shard.go not reported missing: %q", got)
+		}
+	})
+	t.Run("a main package file the ignore file leaves out", func(t *testing.T) {
+		ignore := slices.DeleteFunc(slices.Clone(ignores["Dockerfile"]), func(p string) bool { return p == "!*.go" })
+		ignore = append(ignore, "!main.go")
+		got := missing(t, "Dockerfile", operator, ignore)
+		if !slices.ContainsFunc(got, func(m string) bool { return strings.HasPrefix(m, "shard.go ") && strings.Contains(m, "ignore file") }) {
+			t.Errorf("shard.go not reported left out of the context: %q", got)
+		}
+	})
+	t.Run("a module file the ignore file leaves out", func(t *testing.T) {
+		got := missing(t, "Dockerfile", operator, append(slices.Clone(ignores["Dockerfile"]), "internal/schedule"))
+		if !slices.ContainsFunc(got, func(m string) bool { return strings.HasPrefix(m, "internal/schedule/") }) {
+			t.Errorf("internal/schedule not reported left out of the context: %q", got)
+		}
+	})
 }
