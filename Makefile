@@ -172,6 +172,18 @@ VULNCHECK_PACKAGES ?= . ./cmd/kubectl-phalanks
 vulncheck: tools-for-vulncheck ## Fail on a known vulnerability that the manager or the kubectl plugin calls (govulncheck, offline).
 	$(BIN)/govulncheck -db file://$(BIN)/vulndb -C $(VULNCHECK_DIR) $(VULNCHECK_PACKAGES)
 
+# make linkcheck fails when a relative link or an anchor of a Markdown file does not
+# resolve (remark with remark-validate-links, hack/tools/remark, installed with npm by
+# hack/tools/npm.sh). LINKCHECK_ROOT and LINKCHECK_FILES check other files (paths
+# relative to the root; a directory means its Markdown files).
+LINKCHECK_ROOT ?= .
+LINKCHECK_FILES ?= $(shell git ls-files '*.md' ':!:**/testdata/**')
+.PHONY: linkcheck
+linkcheck: ## Fail on a relative link or anchor of the docs that does not resolve (remark-validate-links).
+	@dir=$$(hack/tools/npm.sh remark) && cd $(LINKCHECK_ROOT) && \
+		node $$dir/node_modules/remark-cli/cli.js --no-config --no-stdout --quiet --frail --no-color \
+		--use "$$dir/node_modules/remark-validate-links/index.js=repository:'phalanks/phalanks-operator',root:'.'" $(LINKCHECK_FILES)
+
 .PHONY: verify
 verify: tools-for-verify manifests generate catalog ## Regenerate everything (CRDs, RBAC, deepcopy, bundle, catalog) and fail if the tree changed.
 	go mod tidy
@@ -205,7 +217,7 @@ test-suites:
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(OLM_TEST_FLAGS) ./...
 
 test-checks:
-	nice -n 19 ionice -c 3 $(MAKE) --no-print-directory vet lint vulncheck bundle-validate operatorhub
+	nice -n 19 ionice -c 3 $(MAKE) --no-print-directory vet lint vulncheck linkcheck bundle-validate operatorhub
 
 # The StorageBucket chaos suite (test/e2e/storagebucket/chaos_test.go): make test runs
 # it for 75 s of faults, this target for CHAOS_DURATION; CHAOS_SEED replays a schedule.
