@@ -86,7 +86,7 @@ type StorageBucketStatus struct {
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.spec.endpoint`
 // +kubebuilder:printcolumn:name="Healthy",type=boolean,JSONPath=`.status.healthy`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +operator-sdk:csv:customresourcedefinitions:displayName="Storage Bucket",resources={{Secret,v1,""}}
+// +operator-sdk:csv:customresourcedefinitions:displayName="Storage Bucket (v1alpha1, deprecated)",resources={{Secret,v1,""}}
 type StorageBucket struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -333,6 +333,7 @@ type StorageBucketSpec struct {
 type StorageBucketStatus struct {
 	// observedGeneration is the generation of the spec the last probe used.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Observed generation",xDescriptors={"urn:alm:descriptor:text"}
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions: Ready summarises Reachable, Authenticated, BucketAvailable and (under
@@ -354,11 +355,13 @@ type StorageBucketStatus struct {
 
 	// lastSuccessTime is when a probe last found the bucket healthy.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Last success",xDescriptors={"urn:alm:descriptor:text"}
 	LastSuccessTime *metav1.Time `json:"lastSuccessTime,omitempty"`
 
 	// consecutiveFailures counts the failed probes since the last healthy one (as of
 	// the last status write).
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Consecutive failures",xDescriptors={"urn:alm:descriptor:text"}
 	ConsecutiveFailures int32 `json:"consecutiveFailures,omitempty"`
 
 	// lastProbeDuration is how long the last probe took (as of the last status write).
