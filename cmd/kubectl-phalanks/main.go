@@ -131,8 +131,9 @@ func (c *common) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.context, "context", "", "The kubeconfig context to use.")
 	fs.StringVar(&c.namespace, "namespace", "", "Namespace (default: the context's).")
 	fs.StringVar(&c.namespace, "n", "", "Namespace (short for --namespace).")
-	fs.StringVar(&c.operatorNamespace, "operator-namespace", "phalanks-system",
-		"Namespace of the operator, whose Deployment's flags (time zone, week frame, defaults) and holiday calendars are read when you may.")
+	fs.StringVar(&c.operatorNamespace, "operator-namespace", "",
+		"Namespace of the operator, whose Deployment's flags (time zone, week frame, defaults) and holiday calendars are read when you may "+
+			"(default: the first of "+strings.Join(defaultOperatorNamespaces, ", ")+" that holds its Deployment).")
 	c.settings.bind(fs)
 }
 

@@ -62,26 +62,50 @@ func (s *settingsFlags) bind(fs *flag.FlagSet) {
 	})
 }
 
+// defaultOperatorNamespaces are where the install paths put the operator, in the order
+// the plugin looks for it when --operator-namespace is not given: make deploy's
+// (kustomize) and the namespace the bundle suggests to OLM.
+var defaultOperatorNamespaces = []string{"phalanks-system", "phalanks-operator"}
+
 // options returns the operator's settings: read from its Deployment if the user may,
-// with the flags given to the plugin on top. note says what could not be read.
+// with the flags given to the plugin on top. operatorNamespace "" looks for the
+// Deployment in defaultOperatorNamespaces. note says what could not be read.
 func (s *settingsFlags) options(ctx context.Context, c client.Client, operatorNamespace string) (scaling.Options, string) {
 	fresh := flag.NewFlagSet("operator", flag.ContinueOnError)
 	var o scaling.Options
 	o.BindFlags(fresh)
+	candidates := []string{operatorNamespace}
+	if operatorNamespace == "" {
+		candidates = defaultOperatorNamespaces
+	}
+	namespace, args, note := candidates[0], []string(nil), ""
+	if c != nil {
+		namespace, args, note = findOperator(ctx, c, candidates)
+	}
 	// In the operator's pod POD_NAMESPACE names its namespace: the default exclusion
 	// and the calendars' namespace.
-	o.ExcludeNamespaces = scaling.DefaultExcludeNamespaces(operatorNamespace)
-	o.CalendarNamespace = operatorNamespace
-	var note string
-	if c != nil {
-		var args []string
-		args, note = operatorArgs(ctx, c, operatorNamespace)
-		applyArgs(fresh, args)
-	}
+	o.ExcludeNamespaces = scaling.DefaultExcludeNamespaces(namespace)
+	o.CalendarNamespace = namespace
+	applyArgs(fresh, args)
 	for _, g := range s.given {
 		_ = fresh.Set(g[0], g[1])
 	}
 	return o, note
+}
+
+// findOperator returns the first of namespaces that holds the operator's Deployment, with
+// its manager's arguments; when none does (or the user may not read them), the first
+// namespace and what each answered.
+func findOperator(ctx context.Context, c client.Client, namespaces []string) (string, []string, string) {
+	var notes []string
+	for _, ns := range namespaces {
+		args, note := operatorArgs(ctx, c, ns)
+		if note == "" {
+			return ns, args, ""
+		}
+		notes = append(notes, note)
+	}
+	return namespaces[0], nil, strings.Join(notes, "; ")
 }
 
 // operatorArgs returns the command-line arguments of the operator's manager container.

@@ -167,6 +167,24 @@ func TestKubectlPhalanks(t *testing.T) {
 		g.Expect(r.stderr).To(ContainSubstring("warning: cannot list deployments.apps in any namespace: Forbidden"))
 	})
 
+	t.Run("status, as an administrator, finds the operator OLM installed without --operator-namespace", func(t *testing.T) {
+		g := NewWithT(t)
+		r := asAdmin.run(t, "status", "-n", team)
+		g.Expect(r.stderr).To(ContainSubstring("found no phalanks-operator Deployment in namespace phalanks-system"))
+		g.Expect(r.stderr).To(ContainSubstring("found no phalanks-operator Deployment in namespace phalanks-operator"))
+		g.Expect(lines(r.stdout)).To(ContainElement(MatchRegexp(`^Deployment +local +invalid +`)), "without the operator's time zone")
+
+		// OLM's suggested namespace, with the operator's Deployment as the bundle makes it.
+		olmNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "phalanks-operator"}}
+		g.Expect(admin.Create(ctx, olmNS)).To(Succeed())
+		t.Cleanup(func() { _ = admin.Delete(context.Background(), olmNS) })
+		operatorDeployment(t, olmNS.Name, "--leader-elect", "--scaling-time-zone=Europe/Berlin")
+		r = asAdmin.run(t, "status", "-n", team)
+		g.Expect(r.code).To(Equal(0))
+		g.Expect(r.stderr).NotTo(ContainSubstring("note:"))
+		g.Expect(lines(r.stdout)).To(ContainElement(MatchRegexp(`^Deployment +local +down +`)), "with the time zone of the operator in phalanks-operator")
+	})
+
 	t.Run("the savings the status prints are the operator's metrics", func(t *testing.T) {
 		g := NewWithT(t)
 		// The tenant's status above said 4 replicas held down in team.
