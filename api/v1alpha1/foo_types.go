@@ -22,9 +22,11 @@ type FooSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Replicas",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:podCount"}
 	Replicas *int32 `json:"replicas,omitempty"`
 
-	// image is the container image the Deployment runs.
+	// image is the container image the Deployment runs. The Deployment's pods meet the
+	// restricted Pod Security level, so the image must run as a non-root user given by
+	// its numeric uid (nginx:latest runs as root and does not start).
 	// +optional
-	// +kubebuilder:default="nginx:latest"
+	// +kubebuilder:default="docker.io/nginxinc/nginx-unprivileged:1.30-alpine"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Image",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
