@@ -261,9 +261,9 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 
 	It("uninstalls, deleting the Subscription and the CSV, and leaves the users' objects and data intact", func() {
 		beforeUninstall = snapshot()
-		By("running the commands docs/olm.md gives")
+		By("running the commands docs/install-olm.md gives")
 		for _, args := range uninstallCommands(deploymentName(current)) {
-			Expect(docsOLM()).To(ContainSubstring("kubectl "+strings.Join(args, " ")), "docs/olm.md gives the command")
+			Expect(docsOLM()).To(ContainSubstring("kubectl "+strings.Join(args, " ")), "docs/install-olm.md gives the command")
 			out := kubectl(args...)
 			if args[0] == "delete" {
 				Expect(out).To(ContainSubstring("deleted"))
@@ -327,8 +327,8 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 
 		// That view is wrong, and a write through it would lose what v1alpha1 cannot
 		// express; it also makes OLM refuse a later install (see the next spec).
-		By("stopping to serve v1alpha1 with the command docs/olm.md gives for after an uninstall")
-		Expect(docsOLM()).To(ContainSubstring(stopServingV1alpha1), "docs/olm.md gives the patch")
+		By("stopping to serve v1alpha1 with the command docs/install-olm.md gives for after an uninstall")
+		Expect(docsOLM()).To(ContainSubstring(stopServingV1alpha1), "docs/install-olm.md gives the patch")
 		kubectl("patch", "crd", storageBucketCRD, "--type=json", "--patch="+stopServingV1alpha1)
 		Eventually(func(g Gomega) {
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: "created-as-v1alpha1"}, &phalanksv1alpha1.StorageBucket{})
@@ -352,7 +352,7 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 	itRunsTheOperatorSDKInstallCommands()
 })
 
-// uninstallCommands are the kubectl commands docs/olm.md gives to uninstall: delete the
+// uninstallCommands are the kubectl commands docs/install-olm.md gives to uninstall: delete the
 // Subscription and the CSV (found by the label OLM puts on the operator's objects), then
 // wait until the garbage collector has removed the webhook Service and certificate Secret
 // OLM made for the CSV's Deployment. An install started before they are gone reuses
@@ -365,21 +365,21 @@ func uninstallCommands(deployment string) [][]string {
 	}
 }
 
-// stopServingV1alpha1 is the JSON patch docs/olm.md gives for after an uninstall: it
+// stopServingV1alpha1 is the JSON patch docs/install-olm.md gives for after an uninstall: it
 // stops serving v1alpha1 on the StorageBucket CRD, and checks that it patches v1alpha1.
 const stopServingV1alpha1 = `[{"op":"test","path":"/spec/versions/0/name","value":"v1alpha1"},` +
 	`{"op":"replace","path":"/spec/versions/0/served","value":false}]`
 
-// docsYAMLBlock returns the first YAML code block of docs/olm.md after the heading that
+// docsYAMLBlock returns the first YAML code block of docs/install-olm.md after the heading that
 // reads title: what the docs tell users to apply, as they would copy it.
 func docsYAMLBlock(title string) string {
 	GinkgoHelper()
 	doc := docsOLM()
 	i := strings.Index(doc, "\n## "+title+"\n")
-	Expect(i).NotTo(BeNumerically("<", 0), "docs/olm.md has a section %q", title)
+	Expect(i).NotTo(BeNumerically("<", 0), "docs/install-olm.md has a section %q", title)
 	rest := doc[i:]
 	start := strings.Index(rest, "```yaml\n")
-	Expect(start).NotTo(BeNumerically("<", 0), "section %q of docs/olm.md has a YAML block", title)
+	Expect(start).NotTo(BeNumerically("<", 0), "section %q of docs/install-olm.md has a YAML block", title)
 	rest = rest[start+len("```yaml\n"):]
 	end := strings.Index(rest, "```")
 	Expect(end).NotTo(BeNumerically("<", 0))
@@ -390,7 +390,7 @@ func docsOLM() string {
 	GinkgoHelper()
 	root, err := tools.RepoRoot()
 	check(err)
-	data, err := os.ReadFile(filepath.Join(root, "docs", "olm.md"))
+	data, err := os.ReadFile(filepath.Join(root, "docs", "install-olm.md"))
 	check(err)
 	return string(data)
 }

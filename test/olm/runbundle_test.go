@@ -38,7 +38,7 @@ const (
 )
 
 // itRunsTheOperatorSDKInstallCommands follows the install itself with the commands
-// docs/olm.md gives for operator-sdk: cleanup of an OLM install, run bundle of the
+// docs/install-olm.md gives for operator-sdk: cleanup of an OLM install, run bundle of the
 // previous release's bundle image, run bundle-upgrade to the current one, cleanup again.
 func itRunsTheOperatorSDKInstallCommands() {
 	It("removes the Subscription's install with operator-sdk cleanup, keeping the buckets in S3", func() {

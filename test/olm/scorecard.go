@@ -14,7 +14,7 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
-// Scorecard runs `operator-sdk scorecard` as docs/olm.md tells users to: every test of a
+// Scorecard runs `operator-sdk scorecard` as docs/install-olm.md tells users to: every test of a
 // bundle's scorecard configuration as a pod in Namespace, run by ServiceAccount, under
 // the restricted Pod Security Standard.
 type Scorecard struct {

@@ -13,17 +13,17 @@ import (
 	"github.com/phalanks/phalanks-operator/test/olm"
 )
 
-// scorecardNamespace and its service account are the ones docs/olm.md sets up for the
+// scorecardNamespace and its service account are the ones docs/install-olm.md sets up for the
 // custom tests.
 const scorecardNamespace = "scorecard"
 
 // itRunsTheScorecard runs `operator-sdk scorecard` on the installed release's bundle as
-// docs/olm.md gives it: every built-in test (from the scorecard-test image, served here
+// docs/install-olm.md gives it: every built-in test (from the scorecard-test image, served here
 // under operator-sdk's name) and every custom test (from the release's scorecard-test
 // image) as pods on the node. It also shows that a failing test fails the run.
 func itRunsTheScorecard() {
 	It("runs operator-sdk scorecard on the bundle: every built-in and custom test runs as a pod and passes", func() {
-		By("creating the namespace, service account and RBAC docs/olm.md gives for the custom tests")
+		By("creating the namespace, service account and RBAC docs/install-olm.md gives for the custom tests")
 		kubectl("create", "namespace", scorecardNamespace)
 		rbac := filepath.Join(dir, "scorecard-rbac.yaml")
 		Expect(os.WriteFile(rbac, []byte(docsYAMLBlock("`operator-sdk scorecard` in CI")), 0o600)).To(Succeed())

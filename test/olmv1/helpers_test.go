@@ -41,14 +41,14 @@ import (
 	"github.com/phalanks/phalanks-operator/test/olmv1"
 )
 
-// docsFieldOwner applies what docs/olm.md gives, as one user would: applying the
+// docsFieldOwner applies what docs/install-olm.md gives, as one user would: applying the
 // documented ClusterExtension again drops what the suite added to it before.
 const docsFieldOwner = "phalanks-olmv1-docs"
 
-// docsSection is the heading of docs/olm.md's OLM v1 section.
+// docsSection is the heading of docs/install-olm.md's OLM v1 section.
 const docsSection = "## Installing with OLM v1"
 
-// docsObject returns the one object of kind among the YAML blocks of docs/olm.md's OLM v1
+// docsObject returns the one object of kind among the YAML blocks of docs/install-olm.md's OLM v1
 // section.
 func docsObject(kind string) *unstructured.Unstructured {
 	GinkgoHelper()
@@ -59,7 +59,7 @@ func docsObject(kind string) *unstructured.Unstructured {
 		for {
 			u := &unstructured.Unstructured{}
 			if err := dec.Decode(&u.Object); err != nil {
-				Expect(err).To(MatchError(io.EOF), "a YAML block of docs/olm.md's OLM v1 section")
+				Expect(err).To(MatchError(io.EOF), "a YAML block of docs/install-olm.md's OLM v1 section")
 				break
 			}
 			if u.GetKind() == kind {
@@ -67,7 +67,7 @@ func docsObject(kind string) *unstructured.Unstructured {
 			}
 		}
 	}
-	Expect(found).To(HaveLen(1), "docs/olm.md's OLM v1 section gives one %s", kind)
+	Expect(found).To(HaveLen(1), "docs/install-olm.md's OLM v1 section gives one %s", kind)
 	return found[0]
 }
 

@@ -19,7 +19,7 @@ import (
 // installerUser is the documented installer service account, as the authorizer knows it.
 const installerUser = "system:serviceaccount:" + installNamespace + ":phalanks-installer"
 
-// installerObjects are the kinds docs/olm.md gives for the installer service account.
+// installerObjects are the kinds docs/install-olm.md gives for the installer service account.
 var installerObjects = []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 // installedObjects lists every object OLM v1 installed for the ClusterExtension: of every
@@ -106,7 +106,7 @@ func expectInstallerCovers() {
 			missing = append(missing, notGranted(rule, o.GetNamespace(), o.GetKind()+" "+o.GetName())...)
 		}
 	}
-	Expect(missing).To(BeEmpty(), "the installer RBAC of docs/olm.md does not allow")
+	Expect(missing).To(BeEmpty(), "the installer RBAC of docs/install-olm.md does not allow")
 }
 
 // notGranted lists what of rule the installer may not do, in namespace ("" for a

@@ -27,13 +27,13 @@ import (
 )
 
 const (
-	// installNamespace is the ClusterExtension's namespace, as docs/olm.md creates it.
+	// installNamespace is the ClusterExtension's namespace, as docs/install-olm.md creates it.
 	installNamespace = "phalanks-operator"
 	// userNamespace holds the users' objects: an AllNamespaces install serves it too.
 	userNamespace = "team-a"
 	// samplesNamespace holds the CSV's alm-examples, pointed at MinIO.
 	samplesNamespace = "samples"
-	// extension and catalogName are the names docs/olm.md gives the ClusterExtension and
+	// extension and catalogName are the names docs/install-olm.md gives the ClusterExtension and
 	// the ClusterCatalog.
 	extension   = "phalanks-operator"
 	catalogName = "phalanks"
@@ -101,8 +101,8 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 		}
 	})
 
-	It("serves the committed catalog through the ClusterCatalog docs/olm.md gives, over TLS cert-manager issued", func() {
-		By("applying the ClusterCatalog of docs/olm.md")
+	It("serves the committed catalog through the ClusterCatalog docs/install-olm.md gives, over TLS cert-manager issued", func() {
+		By("applying the ClusterCatalog of docs/install-olm.md")
 		cc := docsObject("ClusterCatalog")
 		Expect(cc.GetName()).To(Equal(catalogName))
 		Expect(nested(cc, "spec", "source", "image", "ref")).To(Equal(committedCatalogImage))
@@ -121,7 +121,7 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 	})
 
 	It("installs the first release, pinned, ignores spec.serviceAccount with a warning, and shows the release's deprecation", func() {
-		By("creating the namespace docs/olm.md gives: restricted Pod Security")
+		By("creating the namespace docs/install-olm.md gives: restricted Pod Security")
 		apply(docsObject("Namespace"))
 		ce := docsObject("ClusterExtension")
 		Expect(unstructured.SetNestedField(ce.Object, first.Version, "spec", "source", "catalog", "version")).To(Succeed())
@@ -144,7 +144,7 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 	})
 
 	It("upgrades to the committed release once the documented ClusterExtension lifts the pin: preflight passes, restricted pods Ready, webhook certificate from cert-manager", func() {
-		By("applying the ClusterExtension of docs/olm.md, which has no version")
+		By("applying the ClusterExtension of docs/install-olm.md, which has no version")
 		ce := docsObject("ClusterExtension")
 		Expect(nested(ce, "spec", "source", "catalog", "version")).To(BeEmpty())
 		apply(ce)
@@ -321,9 +321,9 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 			}
 		}
 
-		By("running the command docs/olm.md gives")
+		By("running the command docs/install-olm.md gives")
 		for _, args := range [][]string{{"delete", "clusterextension", extension}} {
-			Expect(docsOLMv1()).To(ContainSubstring("kubectl "+strings.Join(args, " ")), "docs/olm.md gives the command")
+			Expect(docsOLMv1()).To(ContainSubstring("kubectl "+strings.Join(args, " ")), "docs/install-olm.md gives the command")
 			Expect(kubectl(args...)).To(ContainSubstring("deleted"))
 		}
 		Eventually(func(g Gomega) {
@@ -372,7 +372,7 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 		Expect(k8s.Get(ctx, client.ObjectKey{Name: storageBucketCRD}, crd)).To(Succeed())
 		Expect(crd.DeletionTimestamp).NotTo(BeNil())
 
-		By("finishing with the commands docs/olm.md gives: listing what waits, removing the finalizer by hand")
+		By("finishing with the commands docs/install-olm.md gives: listing what waits, removing the finalizer by hand")
 		list := []string{"get", "storagebuckets", "-A", "-o", "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,FINALIZERS:.metadata.finalizers"}
 		Expect(docsOLMv1()).To(ContainSubstring("kubectl " + strings.Join(list, " ")))
 		Expect(kubectl(list...)).To(MatchRegexp(`(?m)^%s\s+%s\s+\[%s\]`, samplesNamespace, deleting.Name, phalanksv1beta1.FinalizerBucketDeletion))
@@ -424,19 +424,19 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-// removeFinalizers is the JSON patch docs/olm.md gives to let a StorageBucket go when no
+// removeFinalizers is the JSON patch docs/install-olm.md gives to let a StorageBucket go when no
 // operator runs.
 const removeFinalizers = `[{"op":"remove","path":"/metadata/finalizers"}]`
 
-// docsOLMv1 returns docs/olm.md's OLM v1 section.
+// docsOLMv1 returns docs/install-olm.md's OLM v1 section.
 func docsOLMv1() string {
 	GinkgoHelper()
 	root, err := tools.RepoRoot()
 	check(err)
-	data, err := os.ReadFile(filepath.Join(root, "docs", "olm.md"))
+	data, err := os.ReadFile(filepath.Join(root, "docs", "install-olm.md"))
 	check(err)
 	_, section, ok := strings.Cut(string(data), "\n"+docsSection+"\n")
-	Expect(ok).To(BeTrue(), "docs/olm.md has a section %q", docsSection)
+	Expect(ok).To(BeTrue(), "docs/install-olm.md has a section %q", docsSection)
 	if end := strings.Index(section, "\n## "); end >= 0 {
 		section = section[:end]
 	}

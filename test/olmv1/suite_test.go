@@ -68,7 +68,7 @@ var (
 )
 
 // The catalog images, as a release would publish them: the committed catalog under the
-// tag docs/olm.md's ClusterCatalog names, and the catalogs of the next releases.
+// tag docs/install-olm.md's ClusterCatalog names, and the catalogs of the next releases.
 const (
 	committedCatalogImage = "quay.io/phalanks/phalanks-operator-catalog:latest"
 	upgradeCatalogImage   = "quay.io/phalanks/phalanks-operator-catalog:e2e-v1-upgrade"

@@ -85,4 +85,21 @@ func TestTheCSVReadsRightOnOperatorHub(t *testing.T) {
 			t.Errorf("annotation %s is %q, want \"true\" or \"false\"", k, v)
 		}
 	}
+
+	// The links and the description send users to the pages written for them, not to
+	// the developers' pages.
+	texts := []string{csv.Spec.Description}
+	for _, l := range csv.Spec.Links {
+		texts = append(texts, l.URL)
+	}
+	for _, text := range texts {
+		for _, page := range developerPages {
+			if strings.Contains(text, "docs/"+page) {
+				t.Errorf("the CSV links to docs/%s, a page for the project's developers: %q", page, text)
+			}
+		}
+	}
 }
+
+// developerPages are the docs written for the project's developers.
+var developerPages = []string{"olm.md", "development.md", "benchmarks.md"}
