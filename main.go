@@ -77,6 +77,8 @@ type config struct {
 	kubeAPIQPS   float64
 	kubeAPIBurst int
 	kubeconfig   string
+	// unknownEnv are PHALANKS_ variables that name no flag, ignored.
+	unknownEnv []string
 
 	scaling       scaling.Options
 	foo           foo.Options
@@ -85,8 +87,10 @@ type config struct {
 	zap zap.Options
 }
 
-func parseFlags(args []string) (config, error) {
-	var c config
+// newFlagSet registers every flag of the manager, bound to c: its own, the
+// controllers', controller-runtime's --kubeconfig and zap's. docs/configuration.md lists
+// them all (TestConfigurationReferenceListsEveryFlag).
+func newFlagSet(c *config) *flag.FlagSet {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8443",
 		"Address the metrics endpoint binds to; \"0\" disables it.")
@@ -134,9 +138,20 @@ func parseFlags(args []string) (config, error) {
 	ctrlconfig.RegisterFlags(fs)
 	c.zap = zap.Options{}
 	c.zap.BindFlags(fs)
+	return fs
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := newFlagSet(&c)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	unknown, err := setFromEnv(fs, environ())
+	if err != nil {
+		return c, err
+	}
+	c.unknownEnv = unknown
 	fs.Visit(func(f *flag.Flag) { c.webhookDrainSet = c.webhookDrainSet || f.Name == "webhook-shutdown-delay" })
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -186,6 +201,9 @@ func run(args []string) error {
 	// structured lines, not klog's own text format.
 	klog.SetLogger(logger)
 	log := ctrl.Log.WithName("setup")
+	if len(cfg.unknownEnv) > 0 {
+		log.Info("WARNING: ignoring environment variables that name no flag", "variables", cfg.unknownEnv)
+	}
 	if err := leaseNamespace(&cfg, log); err != nil {
 		return err
 	}

@@ -114,6 +114,9 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 
 		expectInstalled(previous)
 
+		By("configuring the operator through the Subscription's spec.config.env")
+		expectConfiguredBySubscription(previous)
+
 		By("having unpacked the bundle image with a Job on the node")
 		expectBundleUnpacked(previous)
 
@@ -233,8 +236,8 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "CSV %s/%s: phase %s (%s)", installNamespace, previous.CSVName(), old.Status.Phase, old.Status.Message)
 		}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 
-		By("rolling the operator's pod over to the new release's image")
-		expectPodOf(current)
+		By("rolling the operator's pod over to the new release's image, still configured by the Subscription")
+		expectConfiguredBySubscription(current)
 
 		By("reading every object as before, in every served version")
 		Eventually(func(g Gomega) { g.Expect(readSnapshot("")).To(Equal(before)) }).
@@ -406,6 +409,8 @@ func subscription() *operatorsv1alpha1.Subscription {
 			Package:                bundle.PackageName,
 			Channel:                bundle.Channel,
 			InstallPlanApproval:    operatorsv1alpha1.ApprovalAutomatic,
+			// The operator's settings, which OLM keeps across upgrades.
+			Config: &operatorsv1alpha1.SubscriptionConfig{Env: []corev1.EnvVar{subscriptionEnv}},
 		},
 	}
 }
@@ -418,7 +423,7 @@ func deploymentName(r *olm.Release) string {
 // expectPodOf waits until OLM's Deployment for the release runs the release's operator
 // image, and its pods — as many as its replicas, of the Deployment's current template,
 // no other left — are Running and Ready on the node.
-func expectPodOf(r *olm.Release) {
+func expectPodOf(r *olm.Release) []corev1.Pod {
 	GinkgoHelper()
 	var pods corev1.PodList
 	Eventually(func(g Gomega) {
@@ -445,6 +450,26 @@ func expectPodOf(r *olm.Release) {
 	}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 	for _, pod := range pods.Items {
 		GinkgoWriter.Printf("operator pod %s of %s on node %s, image %s\n", pod.Name, r.CSVName(), pod.Spec.NodeName, pod.Spec.Containers[0].Image)
+	}
+	return pods.Items
+}
+
+// subscriptionEnv is the setting the Subscription gives the operator, as
+// docs/configuration.md tells users to: zap's console encoder instead of JSON, which
+// every log line shows.
+var subscriptionEnv = corev1.EnvVar{Name: "PHALANKS_ZAP_ENCODER", Value: "console"}
+
+// expectConfiguredBySubscription checks that the release's operator pods run with the
+// Subscription's spec.config.env, and that the operator took the setting: its log lines
+// are zap's console lines ("<time>\tINFO\t<logger>\t…"), not JSON.
+func expectConfiguredBySubscription(r *olm.Release) {
+	GinkgoHelper()
+	for _, pod := range expectPodOf(r) {
+		Expect(pod.Spec.Containers[0].Env).To(ContainElement(subscriptionEnv), "pod %s/%s: OLM applied the Subscription's spec.config.env", pod.Namespace, pod.Name)
+		log := podLog(pod.Namespace, pod.Name)
+		first, _, _ := strings.Cut(log, "\n")
+		Expect(first).To(MatchRegexp(`^\d{4}-\d\d-\d\dT\S+\t(INFO|DEBUG|ERROR)\t`), "pod %s/%s logs in zap's console encoding", pod.Namespace, pod.Name)
+		Expect(log).NotTo(ContainSubstring(`{"level":`), "pod %s/%s still logs JSON", pod.Namespace, pod.Name)
 	}
 }
 
