@@ -26,7 +26,7 @@ type FooSpec struct {
 	// restricted Pod Security level, so the image must run as a non-root user given by
 	// its numeric uid (nginx:latest runs as root and does not start).
 	// +optional
-	// +kubebuilder:default="docker.io/nginxinc/nginx-unprivileged:1.30-alpine"
+	// +kubebuilder:default="nginxinc/nginx-unprivileged:1.30-alpine"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Image",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}

@@ -23,7 +23,7 @@ const (
 	// defaultImage is the image when the spec has none (the CRD defaults it too): nginx
 	// built to run as a non-root user (uid 101, listening on 8080), as the restricted
 	// Pod Security level the Deployment's pods meet requires.
-	defaultImage = "docker.io/nginxinc/nginx-unprivileged:1.30-alpine"
+	defaultImage = "nginxinc/nginx-unprivileged:1.30-alpine"
 	// appLabel is the value of the app label on the Deployment's selector and pods.
 	appLabel = "nginx"
 
