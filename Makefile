@@ -49,6 +49,11 @@ OPERATOR_SDK := $(BIN)/operator-sdk
 
 # Test packages run in parallel; every harness picks its own ports and directories.
 GO_TEST_FLAGS ?= -race -count=1 -timeout=40m
+# How many test binaries make test runs at once (go test's -p; its default is the number
+# of CPUs). The real-cluster suites wait on their clusters most of their time, so three
+# at once on two cores fill the time one of them leaves idle (docs/development.md, "Where
+# CI's time goes").
+GO_TEST_PARALLEL ?= 3
 # The OLM module's tests run without the race detector: they drive operator-sdk, opm,
 # kustomize and the image builds in-process, whose compression, digests and YAML the
 # detector slows about tenfold (hack/olm took 25 minutes with it, 3 without), and the
@@ -212,8 +217,8 @@ test-suites:
 	@# The real-node suite installs the Prometheus Operator from its module's bundle.yaml,
 	@# inside a sandbox without network.
 	go -C hack/tools/prometheus-operator mod download github.com/prometheus-operator/prometheus-operator
-	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) ./...
-	PHALANKS_KUBE_TOOLS=$(KUBE_OLDEST) go test $(GO_TEST_FLAGS) $(KUBE_OLDEST_SUITES)
+	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) -p $(GO_TEST_PARALLEL) ./...
+	PHALANKS_KUBE_TOOLS=$(KUBE_OLDEST) go test $(GO_TEST_FLAGS) -p $(GO_TEST_PARALLEL) $(KUBE_OLDEST_SUITES)
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(OLM_TEST_FLAGS) ./...
 
 test-checks:
