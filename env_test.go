@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -108,7 +107,7 @@ func TestConfigurationReferenceListsEveryFlag(t *testing.T) {
 	})
 	table := b.String()
 
-	path := filepath.Join("docs", "configuration.md")
+	const path = "docs/configuration.md"
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +122,7 @@ func TestConfigurationReferenceListsEveryFlag(t *testing.T) {
 		t.Fatalf("%s has no line %s", path, referenceEnd)
 	}
 	if *updateReference {
-		if err := os.WriteFile(path, []byte(before+referenceBegin+"\n"+table+referenceEnd+after), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(before+referenceBegin+"\n"+table+referenceEnd+after), 0o600); err != nil { //nolint:gosec // G703: a fixed page of this repository, rewritten on request
 			t.Fatal(err)
 		}
 		return
