@@ -22,11 +22,9 @@ type FooSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Replicas",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:podCount"}
 	Replicas *int32 `json:"replicas,omitempty"`
 
-	// image is the container image the Deployment runs. The Deployment's pods meet the
-	// restricted Pod Security level, so the image must run as a non-root user given by
-	// its numeric uid (nginx:latest runs as root and does not start).
+	// image is the container image the Deployment runs.
 	// +optional
-	// +kubebuilder:default="nginxinc/nginx-unprivileged:1.30-alpine"
+	// +kubebuilder:default="nginx:latest"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Image",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}

@@ -81,7 +81,7 @@ var _ = Describe("Foo controller", func() {
 			g.Expect(dep.Spec.Template.Labels).To(Equal(labels))
 			g.Expect(dep.Spec.Replicas).To(HaveValue(BeEquivalentTo(1)))
 			g.Expect(dep.Spec.Template.Spec.Containers).To(ConsistOf(And(
-				HaveField("Name", "nginx"), HaveField("Image", defaultImage))))
+				HaveField("Name", "nginx"), HaveField("Image", "nginx:latest"))))
 		}).Should(Succeed())
 		expectSynced("test", 0)
 	})
@@ -111,7 +111,7 @@ var _ = Describe("Foo controller", func() {
 		Expect(after.Spec.Replicas).To(HaveValue(BeEquivalentTo(2)))
 		Expect(after.Annotations).To(HaveKeyWithValue("example.com/note", "set by someone else"))
 		Expect(after.Spec.Template.Spec.Containers).To(ConsistOf(
-			And(HaveField("Name", "nginx"), HaveField("Image", defaultImage)),
+			And(HaveField("Name", "nginx"), HaveField("Image", "nginx:latest")),
 			And(HaveField("Name", "sidecar"), HaveField("Image", "busybox"))))
 
 		By("following later edits of the Foo's replicas and image")
@@ -257,7 +257,7 @@ var _ = Describe("Foo controller", func() {
 			}
 		}
 		defaulted := getFoo(Default, "empty-image")
-		Expect(defaulted.Spec.Image).To(Equal(defaultImage))
+		Expect(defaulted.Spec.Image).To(Equal("nginx:latest"))
 	})
 
 	It("records an empty deploymentName that slipped past admission and does not retry it", func() {

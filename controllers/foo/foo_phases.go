@@ -8,7 +8,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -20,10 +19,8 @@ import (
 const (
 	// containerName is the Deployment's one container, named as sample-controller names it.
 	containerName = "nginx"
-	// defaultImage is the image when the spec has none (the CRD defaults it too): nginx
-	// built to run as a non-root user (uid 101, listening on 8080), as the restricted
-	// Pod Security level the Deployment's pods meet requires.
-	defaultImage = "nginxinc/nginx-unprivileged:1.30-alpine"
+	// defaultImage is the image when the spec has none (the CRD defaults it too).
+	defaultImage = "nginx:latest"
 	// appLabel is the value of the app label on the Deployment's selector and pods.
 	appLabel = "nginx"
 
@@ -98,9 +95,6 @@ func (r *reconciler) ensureDeployment(ctx context.Context, foo *phalanksv1alpha1
 // newDeployment builds the Deployment for a Foo as sample-controller does: named
 // spec.deploymentName, controlled by the Foo, labelled app=nginx and controller=<foo>,
 // one nginx container, and the Foo's replicas (unset leaves the API default of 1).
-// Unlike sample-controller's, its pods meet the restricted Pod Security level (see
-// restrictedPod) and request a little CPU and memory, so that a namespace that enforces
-// the level or a ResourceQuota admits them.
 func newDeployment(foo *phalanksv1alpha1.Foo) *appsv1.Deployment {
 	labels := map[string]string{
 		"app":        appLabel,
@@ -124,32 +118,11 @@ func newDeployment(foo *phalanksv1alpha1.Foo) *appsv1.Deployment {
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       restrictedPod(corev1.Container{Name: containerName, Image: imageOf(foo)}),
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{Name: containerName, Image: imageOf(foo)}},
+				},
 			},
 		},
-	}
-}
-
-// restrictedPod returns a pod spec of the one container c that meets the restricted Pod
-// Security level: it must run as a non-root user (an image whose user is root, such as
-// nginx:latest, fails to start with CreateContainerConfigError), with the runtime's
-// default seccomp profile, no privilege escalation and no capabilities. It sets requests
-// only: a limit would kill an image that needs more than the Foo can say.
-func restrictedPod(c corev1.Container) corev1.PodSpec {
-	c.SecurityContext = &corev1.SecurityContext{
-		AllowPrivilegeEscalation: ptr.To(false),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-	}
-	c.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("10m"),
-		corev1.ResourceMemory: resource.MustParse("32Mi"),
-	}}
-	return corev1.PodSpec{
-		SecurityContext: &corev1.PodSecurityContext{
-			RunAsNonRoot:   ptr.To(true),
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-		Containers: []corev1.Container{c},
 	}
 }
 
