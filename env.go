@@ -7,6 +7,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/phalanks/phalanks-operator/internal/clockoffset"
 )
 
 // envPrefix starts the name of every flag's environment variable. A Subscription's
@@ -21,7 +23,7 @@ func envName(name string) string {
 }
 
 // notFlags are variables with the prefix that are read elsewhere, not flags.
-var notFlags = map[string]bool{"PHALANKS_TEST_CLOCK_OFFSET": true}
+var notFlags = map[string]bool{clockoffset.EnvVar: true}
 
 // setFromEnv gives every flag that the command line left unset the value of its
 // environment variable, when that is set: a flag wins over its variable, and the
