@@ -29,7 +29,25 @@ type FooSpec struct {
 	// +kubebuilder:validation:MaxLength=512
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Image",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
 	Image string `json:"image,omitempty"`
+
+	// podSecurity is the Pod Security level the Deployment's pods are made to meet.
+	// Restricted gives them what the restricted level requires (runAsNonRoot, the
+	// RuntimeDefault seccomp profile, no privilege escalation, every capability dropped),
+	// so that a namespace enforcing that level, or OpenShift's restricted-v2 SCC, admits
+	// them; the image must then run as a non-root user (nginxinc/nginx-unprivileged does,
+	// nginx:latest does not). Unset leaves the pods' security settings alone, as
+	// sample-controller does.
+	// +optional
+	// +kubebuilder:validation:Enum=Restricted
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Pod Security level",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Restricted"}
+	PodSecurity FooPodSecurity `json:"podSecurity,omitempty"`
 }
+
+// FooPodSecurity is a Pod Security level a Foo's pods are made to meet.
+type FooPodSecurity string
+
+// FooPodSecurityRestricted is the restricted Pod Security level.
+const FooPodSecurityRestricted FooPodSecurity = "Restricted"
 
 // FooStatus is the observed state of a Foo.
 type FooStatus struct {

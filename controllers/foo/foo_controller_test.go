@@ -128,6 +128,44 @@ var _ = Describe("Foo controller", func() {
 		expectSynced("test", 0)
 	})
 
+	It("gives the pods of a Foo with podSecurity Restricted what that level requires, also when it is set later, and keeps what others set", func() {
+		createFoo("test", 1)
+		startManager(ns)
+		expectSynced("test", 0)
+		// The API server defaults an empty pod security context.
+		Expect(getDeployment(Default, "test-deployment").Spec.Template.Spec.SecurityContext).To(HaveValue(And(
+			HaveField("RunAsNonRoot", BeNil()), HaveField("SeccompProfile", BeNil()))))
+
+		By("someone else setting a user id and a sidecar on the Deployment")
+		dep := getDeployment(Default, "test-deployment")
+		dep.Spec.Template.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](101)}
+		dep.Spec.Template.Spec.Containers = append(dep.Spec.Template.Spec.Containers, corev1.Container{Name: "sidecar", Image: "busybox"})
+		Expect(env.Client.Update(ctx, dep)).To(Succeed())
+
+		By("setting podSecurity Restricted on the Foo")
+		foo := getFoo(Default, "test")
+		foo.Spec.PodSecurity = phalanksv1alpha1.FooPodSecurityRestricted
+		Expect(env.Client.Update(ctx, foo)).To(Succeed())
+		Eventually(func(g Gomega) {
+			pod := getDeployment(g, "test-deployment").Spec.Template.Spec
+			g.Expect(pod.SecurityContext).To(HaveValue(And(
+				HaveField("RunAsNonRoot", HaveValue(BeTrue())),
+				HaveField("RunAsUser", HaveValue(BeEquivalentTo(101))),
+				HaveField("SeccompProfile", HaveValue(HaveField("Type", corev1.SeccompProfileTypeRuntimeDefault))))))
+			g.Expect(pod.Containers).To(ConsistOf(
+				And(HaveField("Name", "nginx"), HaveField("SecurityContext", HaveValue(And(
+					HaveField("AllowPrivilegeEscalation", HaveValue(BeFalse())),
+					HaveField("Capabilities.Drop", ConsistOf(corev1.Capability("ALL"))))))),
+				And(HaveField("Name", "sidecar"), HaveField("SecurityContext", BeNil()))))
+		}).Should(Succeed())
+		expectSynced("test", 0)
+
+		By("refusing a level the API does not know at admission")
+		foo = getFoo(Default, "test")
+		foo.Spec.PodSecurity = "Privileged"
+		Expect(apierrors.IsInvalid(env.Client.Update(ctx, foo))).To(BeTrue())
+	})
+
 	It("reports a Deployment it does not control, retries, and leaves it alone (TestNotControlledByUs)", func() {
 		foo := createFoo("test", 1)
 		dep := newDeployment(foo)

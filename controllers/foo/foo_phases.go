@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -94,7 +95,8 @@ func (r *reconciler) ensureDeployment(ctx context.Context, foo *phalanksv1alpha1
 
 // newDeployment builds the Deployment for a Foo as sample-controller does: named
 // spec.deploymentName, controlled by the Foo, labelled app=nginx and controller=<foo>,
-// one nginx container, and the Foo's replicas (unset leaves the API default of 1).
+// one nginx container, and the Foo's replicas (unset leaves the API default of 1); with
+// podSecurity Restricted, its pods meet that level.
 func newDeployment(foo *phalanksv1alpha1.Foo) *appsv1.Deployment {
 	labels := map[string]string{
 		"app":        appLabel,
@@ -104,7 +106,7 @@ func newDeployment(foo *phalanksv1alpha1.Foo) *appsv1.Deployment {
 	if foo.Spec.Replicas != nil {
 		replicas = ptr.To(*foo.Spec.Replicas)
 	}
-	return &appsv1.Deployment{
+	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      foo.Spec.DeploymentName,
 			Namespace: foo.Namespace,
@@ -124,11 +126,66 @@ func newDeployment(foo *phalanksv1alpha1.Foo) *appsv1.Deployment {
 			},
 		},
 	}
+	if foo.Spec.PodSecurity == phalanksv1alpha1.FooPodSecurityRestricted {
+		restrict(&dep.Spec.Template.Spec)
+	}
+	return dep
+}
+
+// restrict gives pod and its nginx container what the restricted Pod Security level
+// requires and reports whether it changed anything: runAsNonRoot and the RuntimeDefault
+// seccomp profile on the pod, no privilege escalation and every capability dropped on
+// the container, which may add back NET_BIND_SERVICE alone. It keeps the rest of what is
+// there (a user id, other containers), so a patch of its result touches only these
+// fields.
+func restrict(pod *corev1.PodSpec) bool {
+	changed := false
+	if pod.SecurityContext == nil {
+		pod.SecurityContext = &corev1.PodSecurityContext{}
+	}
+	psc := pod.SecurityContext
+	if !ptr.Deref(psc.RunAsNonRoot, false) {
+		psc.RunAsNonRoot = ptr.To(true)
+		changed = true
+	}
+	if psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		psc.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+		changed = true
+	}
+	for i := range pod.Containers {
+		c := &pod.Containers[i]
+		if c.Name != containerName {
+			continue
+		}
+		if c.SecurityContext == nil {
+			c.SecurityContext = &corev1.SecurityContext{}
+		}
+		sc := c.SecurityContext
+		if ptr.Deref(sc.AllowPrivilegeEscalation, true) {
+			sc.AllowPrivilegeEscalation = ptr.To(false)
+			changed = true
+		}
+		if sc.Capabilities == nil {
+			sc.Capabilities = &corev1.Capabilities{}
+		}
+		if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+			sc.Capabilities.Drop = []corev1.Capability{"ALL"}
+			changed = true
+		}
+		if add := slices.DeleteFunc(slices.Clone(sc.Capabilities.Add), func(c corev1.Capability) bool {
+			return c != "NET_BIND_SERVICE"
+		}); len(add) != len(sc.Capabilities.Add) {
+			sc.Capabilities.Add = add
+			changed = true
+		}
+	}
+	return changed
 }
 
 // withFooSpec returns a copy of dep with the Foo's replicas (when the Foo sets them),
-// image (on our container, when it is still there) and LabelOwned, and whether anything
-// changed.
+// image (on our container, when it is still there), LabelOwned and, with podSecurity
+// Restricted, the restricted level's settings, and whether anything changed. Removing
+// podSecurity loosens nothing: the settings stay until the Deployment is re-created.
 func withFooSpec(dep *appsv1.Deployment, foo *phalanksv1alpha1.Foo) (*appsv1.Deployment, bool) {
 	out := dep.DeepCopy()
 	changed := false
@@ -149,6 +206,9 @@ func withFooSpec(dep *appsv1.Deployment, foo *phalanksv1alpha1.Foo) (*appsv1.Dep
 			c.Image = imageOf(foo)
 			changed = true
 		}
+	}
+	if foo.Spec.PodSecurity == phalanksv1alpha1.FooPodSecurityRestricted && restrict(&out.Spec.Template.Spec) {
+		changed = true
 	}
 	return out, changed
 }

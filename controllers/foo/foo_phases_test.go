@@ -1,6 +1,7 @@
 package foo
 
 import (
+	"slices"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -8,6 +9,8 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	psapi "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
 	"k8s.io/utils/ptr"
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
@@ -130,5 +133,86 @@ func TestValidateSpecRejectsAnEmptyDeploymentName(t *testing.T) {
 	}
 	if err := validateSpec(&phalanksv1alpha1.FooSpec{DeploymentName: "web"}); err != nil {
 		t.Errorf("a valid spec was rejected: %v", err)
+	}
+}
+
+// restrictedLevel judges a pod template with the Pod Security admission plugin's own
+// checks at the restricted level's newest version.
+func restrictedLevel(t *testing.T, tmpl *corev1.PodTemplateSpec) policy.AggregateCheckResult {
+	t.Helper()
+	evaluator, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restricted := psapi.LevelVersion{Level: psapi.LevelRestricted, Version: psapi.LatestVersion()}
+	return policy.AggregateCheckResults(evaluator.EvaluatePod(restricted, &tmpl.ObjectMeta, &tmpl.Spec))
+}
+
+func restrictedFoo(replicas int32, image string) *phalanksv1alpha1.Foo {
+	foo := testFoo(ptr.To(replicas), image)
+	foo.Spec.PodSecurity = phalanksv1alpha1.FooPodSecurityRestricted
+	return foo
+}
+
+// A Foo with podSecurity Restricted gets pods the restricted level admits; one without
+// gets sample-controller's pods, which the level refuses.
+func TestNewDeploymentMeetsTheRestrictedLevelWhenAsked(t *testing.T) {
+	dep := newDeployment(restrictedFoo(2, "nginxinc/nginx-unprivileged:1.30-alpine"))
+	if r := restrictedLevel(t, &dep.Spec.Template); !r.Allowed {
+		t.Errorf("the restricted level refuses the pods of a Foo with podSecurity Restricted: %s", r.ForbiddenDetail())
+	}
+	if c := dep.Spec.Template.Spec.Containers; len(c) != 1 || c[0].Name != "nginx" || c[0].Image != "nginxinc/nginx-unprivileged:1.30-alpine" {
+		t.Errorf("containers %+v, want the one nginx container with the Foo's image", c)
+	}
+	plain := newDeployment(testFoo(ptr.To[int32](2), "nginx:latest"))
+	if r := restrictedLevel(t, &plain.Spec.Template); r.Allowed {
+		t.Error("the restricted level admits the pods of a Foo without podSecurity: the check cannot tell the two apart")
+	}
+	if plain.Spec.Template.Spec.SecurityContext != nil || plain.Spec.Template.Spec.Containers[0].SecurityContext != nil {
+		t.Errorf("a Foo without podSecurity got security settings: %+v", plain.Spec.Template.Spec)
+	}
+}
+
+func TestWithFooSpecRestrictsAnExistingDeployment(t *testing.T) {
+	sidecar := corev1.Container{Name: "sidecar", Image: "busybox"}
+	existing := newDeployment(testFoo(ptr.To[int32](2), "nginx:latest"))
+	existing.Spec.Template.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](101)}
+	existing.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{
+		Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN", "NET_BIND_SERVICE"}},
+	}
+	existing.Spec.Template.Spec.Containers = append(existing.Spec.Template.Spec.Containers, sidecar)
+	before := existing.DeepCopy()
+
+	got, changed := withFooSpec(existing, restrictedFoo(2, "nginx:latest"))
+	if !changed {
+		t.Fatal("turning podSecurity Restricted on changed nothing")
+	}
+	pod := got.Spec.Template.Spec
+	if ptr.Deref(pod.SecurityContext.RunAsUser, 0) != 101 {
+		t.Errorf("the pod's runAsUser %v was not kept", pod.SecurityContext.RunAsUser)
+	}
+	if c := pod.Containers[0].SecurityContext.Capabilities; !slices.Equal(c.Add, []corev1.Capability{"NET_BIND_SERVICE"}) || !slices.Equal(c.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("capabilities %+v, want NET_BIND_SERVICE added back alone and ALL dropped", c)
+	}
+	if !apiequality.Semantic.DeepEqual(pod.Containers[1], sidecar) {
+		t.Errorf("the sidecar was changed: %+v", pod.Containers[1])
+	}
+	// The sidecar is not ours: the level refuses it until its owner restricts it. Ours
+	// alone must pass.
+	ours := got.Spec.Template.DeepCopy()
+	ours.Spec.Containers = ours.Spec.Containers[:1]
+	if r := restrictedLevel(t, ours); !r.Allowed {
+		t.Errorf("the restricted level refuses the patched pods: %s", r.ForbiddenDetail())
+	}
+	if !apiequality.Semantic.DeepEqual(existing, before) {
+		t.Error("withFooSpec modified the Deployment it was given")
+	}
+
+	if _, changed := withFooSpec(got, restrictedFoo(2, "nginx:latest")); changed {
+		t.Error("a Deployment that already meets the level is patched again")
+	}
+	unset, changed := withFooSpec(got, testFoo(ptr.To[int32](2), "nginx:latest"))
+	if changed || !apiequality.Semantic.DeepEqual(unset.Spec.Template.Spec, got.Spec.Template.Spec) {
+		t.Error("removing podSecurity changed the pods' security settings")
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/images"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 	"github.com/phalanks/phalanks-operator/test/harness/process"
+	"github.com/phalanks/phalanks-operator/test/harness/samples"
 	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
@@ -168,8 +169,10 @@ func (e *env) startManager(ctx context.Context) error {
 	if err := crds.Install(ctx, e.client, defs, wh); err != nil {
 		return err
 	}
-	for _, ns := range []string{operatorNamespace, demoNamespace} {
-		err := e.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	// The samples' namespace enforces the restricted Pod Security level, as users'
+	// namespaces do.
+	for _, ns := range []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}, samples.Namespace(demoNamespace)} {
+		err := e.client.Create(ctx, ns)
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}

@@ -59,7 +59,7 @@ func itRunsTheOperatorSDKInstallCommands() {
 		expectSDKInstalled(previous)
 
 		By("creating the CSV's alm-examples, pointed at MinIO")
-		kubectl("create", "namespace", samplesNamespace)
+		Expect(k8s.Create(ctx, samples.Namespace(samplesNamespace))).To(Succeed())
 		examples, err := bundle.ALMExamples(previous.CSV)
 		check(err)
 		Expect(examples).NotTo(BeEmpty())

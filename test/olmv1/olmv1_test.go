@@ -228,7 +228,7 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 		for _, name := range buckets {
 			expectReconciled("StorageBucket "+userNamespace+"/"+name+" Ready", storageBucketReady(userNamespace, name))
 		}
-		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: samplesNamespace}})).To(Succeed())
+		Expect(k8s.Create(ctx, harnesssamples.Namespace(samplesNamespace))).To(Succeed())
 		examples := samples(previous)
 		for _, obj := range examples {
 			switch obj.GetKind() {

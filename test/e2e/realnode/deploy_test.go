@@ -21,7 +21,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -129,8 +128,8 @@ func deploySpecs() bool {
 
 func samplesSpecs() bool {
 	return Describe("config/samples", Ordered, func() {
-		It("reach their expected state: the StorageBuckets Ready against MinIO (the managed one in a bucket the operator created), the Foo's pods Ready", func() {
-			Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: samplesNamespace}})).To(Succeed())
+		It("reach their expected state in a namespace that enforces the restricted Pod Security level: the StorageBuckets Ready against MinIO (the managed one in a bucket the operator created), the Foo's and the scheduled workload's pods Ready", func() {
+			Expect(k8s.Create(ctx, samples.Namespace(samplesNamespace))).To(Succeed())
 			env := samplesEnv()
 			applied, err := samples.Apply(ctx, env, samples.Adapters(), "phalanks-e2e")
 			check(err)
