@@ -2,13 +2,17 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	// The operator image has no CA certificates (an empty base): with no system roots,
 	// TLS to S3 endpoints verifies against the Mozilla roots compiled in here.
 	// SSL_CERT_FILE and SSL_CERT_DIR still take precedence.
@@ -17,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -74,6 +79,10 @@ type config struct {
 	retryPeriod          time.Duration
 	shutdownTimeout      time.Duration
 
+	// controllers is --controllers; enabled is the set it names.
+	controllers string
+	enabled     map[string]bool
+
 	kubeAPIQPS   float64
 	kubeAPIBurst int
 	kubeconfig   string
@@ -128,6 +137,10 @@ func newFlagSet(c *config) *flag.FlagSet {
 		"How often candidates try to acquire or renew the lease.")
 	fs.DurationVar(&c.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second,
 		"How long to wait for running reconciles and probes on SIGTERM.")
+	fs.StringVar(&c.controllers, "controllers", strings.Join(controllerNames, ","),
+		"The controllers this operator runs, separated by commas, of "+strings.Join(controllerNames, ", ")+
+			". One left out starts no watch of its kinds and needs none of its permissions; the StorageBucket "+
+			"conversion webhook is served either way.")
 	c.scaling.BindFlags(fs)
 	fs.Float64Var(&c.kubeAPIQPS, "kube-api-qps", 0,
 		"Client-side limit of requests per second to the API server; 0 leaves it off and relies on API Priority and Fairness.")
@@ -155,6 +168,9 @@ func parseFlags(args []string) (config, error) {
 	fs.Visit(func(f *flag.Flag) { c.webhookDrainSet = c.webhookDrainSet || f.Name == "webhook-shutdown-delay" })
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if c.enabled, err = parseControllers(c.controllers); err != nil {
+		return c, fmt.Errorf("--controllers: %w", err)
 	}
 	if c.leaderElect {
 		if err := sharding.ValidateTiming(c.storageBucket.ShardLeaseDuration, c.storageBucket.ShardRenewPeriod); err != nil {
@@ -226,50 +242,10 @@ func run(args []string) error {
 	if cfg.kubeAPIQPS > 0 {
 		restCfg.QPS, restCfg.Burst = float32(cfg.kubeAPIQPS), cfg.kubeAPIBurst
 	}
-	newInformer, err := setupShard(&cfg, restCfg, log)
-	if err != nil {
-		return err
-	}
 	ctx := ctrl.SetupSignalHandler()
-	var rotation *certrotation.Rotation
-	if cfg.certRotation.Enabled {
-		rotation = certrotation.New(ctx, cfg.certRotation, cfg.webhookCertDir)
-	}
-	opts := managerOptions(cfg, rotation)
-	opts.Cache.NewInformer = newInformer
-	mgr, err := ctrl.NewManager(restCfg, opts)
-	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
-	}
-	grandfathered, err := grandfatheredReferences(mgr, cfg)
+	mgr, err := newManager(ctx, cfg, restCfg, log)
 	if err != nil {
 		return err
-	}
-	cfg.storageBucket.Grandfathered = grandfathered
-	if rotation != nil {
-		if err := rotation.Add(mgr, podNamespace(), []string{storageBucketCRD}); err != nil {
-			return err
-		}
-	}
-	if err := setupReconcilers(mgr, cfg); err != nil {
-		return err
-	}
-	if err := webhooks.Setup(mgr); err != nil {
-		return fmt.Errorf("set up webhooks: %w", err)
-	}
-	if err := setupMigrations(mgr, grandfathered); err != nil {
-		return err
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return fmt.Errorf("add health check: %w", err)
-	}
-	// Ready once the conversion webhook serves: before that, reads of v1alpha1 fail.
-	ready := mgr.GetWebhookServer().StartedChecker()
-	if rotation != nil {
-		ready = rotation.ReadyChecker(cfg.webhookPort)
-	}
-	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
-		return fmt.Errorf("add ready check: %w", err)
 	}
 	log.Info("starting manager")
 	err = mgr.Start(ctx)
@@ -280,6 +256,56 @@ func run(args []string) error {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil
+}
+
+// newManager builds the manager with the controllers cfg turns on, the conversion
+// webhook, the storage migration and the health checks, not yet started.
+func newManager(ctx context.Context, cfg config, restCfg *rest.Config, log logr.Logger) (manager.Manager, error) {
+	newInformer, err := setupShard(&cfg, restCfg, log)
+	if err != nil {
+		return nil, err
+	}
+	var rotation *certrotation.Rotation
+	if cfg.certRotation.Enabled {
+		rotation = certrotation.New(ctx, cfg.certRotation, cfg.webhookCertDir)
+	}
+	opts := managerOptions(cfg, rotation)
+	opts.Cache.NewInformer = newInformer
+	mgr, err := ctrl.NewManager(restCfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	grandfathered, err := grandfatheredReferences(mgr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.storageBucket.Grandfathered = grandfathered
+	if rotation != nil {
+		if err := rotation.Add(mgr, podNamespace(), []string{storageBucketCRD}); err != nil {
+			return nil, err
+		}
+	}
+	if err := setupReconcilers(mgr, cfg); err != nil {
+		return nil, err
+	}
+	if err := webhooks.Setup(mgr); err != nil {
+		return nil, fmt.Errorf("set up webhooks: %w", err)
+	}
+	if err := setupMigrations(mgr, grandfathered); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("add health check: %w", err)
+	}
+	// Ready once the conversion webhook serves: before that, reads of v1alpha1 fail.
+	ready := mgr.GetWebhookServer().StartedChecker()
+	if rotation != nil {
+		ready = rotation.ReadyChecker(cfg.webhookPort)
+	}
+	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
+		return nil, fmt.Errorf("add ready check: %w", err)
+	}
+	return mgr, nil
 }
 
 // managerOptions configures the manager; with rotation, the webhook and metrics servers
@@ -324,16 +350,52 @@ func managerOptions(cfg config, rotation *certrotation.Rotation) manager.Options
 // Every reconciler reports through the events.k8s.io API.
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// setupReconcilers registers each controller through its own setup function.
+// The names --controllers takes.
+const (
+	controllerStorageBucket = "storagebucket"
+	controllerFoo           = "foo"
+	controllerScaling       = "scaling"
+)
+
+// controllerNames are the controllers in the order they are set up; all run by default.
+var controllerNames = []string{controllerStorageBucket, controllerFoo, controllerScaling}
+
+// parseControllers returns the set of controllers a --controllers value names.
+func parseControllers(value string) (map[string]bool, error) {
+	enabled := map[string]bool{}
+	for _, name := range strings.Split(value, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if !slices.Contains(controllerNames, name) {
+			return nil, fmt.Errorf("%q is not a controller: name some of %s", name, strings.Join(controllerNames, ", "))
+		}
+		enabled[name] = true
+	}
+	if len(enabled) == 0 {
+		return nil, fmt.Errorf("%q names no controller: name some of %s", value, strings.Join(controllerNames, ", "))
+	}
+	return enabled, nil
+}
+
+// setupReconcilers registers each controller cfg turns on through its own setup
+// function.
 func setupReconcilers(mgr manager.Manager, cfg config) error {
-	if err := storagebucket.SetupWithManager(mgr, cfg.storageBucket); err != nil {
-		return fmt.Errorf("set up storagebucket controller: %w", err)
+	if cfg.enabled[controllerStorageBucket] {
+		if err := storagebucket.SetupWithManager(mgr, cfg.storageBucket); err != nil {
+			return fmt.Errorf("set up storagebucket controller: %w", err)
+		}
 	}
-	if err := scaling.SetupWithManager(mgr, cfg.scaling); err != nil {
-		return fmt.Errorf("set up scheduled scaling: %w", err)
+	if cfg.enabled[controllerScaling] {
+		if err := scaling.SetupWithManager(mgr, cfg.scaling); err != nil {
+			return fmt.Errorf("set up scheduled scaling: %w", err)
+		}
 	}
-	if err := foo.SetupWithManager(mgr, cfg.foo); err != nil {
-		return fmt.Errorf("set up foo controller: %w", err)
+	if cfg.enabled[controllerFoo] {
+		if err := foo.SetupWithManager(mgr, cfg.foo); err != nil {
+			return fmt.Errorf("set up foo controller: %w", err)
+		}
 	}
 	return nil
 }

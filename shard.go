@@ -25,13 +25,13 @@ import (
 const storageBucketRing = "phalanks-storagebuckets"
 
 // setupShard makes this replica a member of the StorageBucket ring when leader election
-// is on (every replica of a Deployment then probes its share), and decides whether the
+// and the StorageBucket controller are on (every replica of a Deployment then probes its share), and decides whether the
 // StorageBucket informer asks the API server for that share only. It returns the
 // informer constructor for the manager's cache (nil: the default).
 func setupShard(cfg *config, restCfg *rest.Config, log logr.Logger) (func(toolscache.ListerWatcher, runtime.Object,
 	time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer, error) {
 	o := &cfg.storageBucket
-	if !cfg.leaderElect {
+	if !cfg.leaderElect || !cfg.enabled[controllerStorageBucket] {
 		return nil, nil
 	}
 	ns := cfg.leaderElectNamespace // leaseNamespace filled it in

@@ -202,6 +202,13 @@ func (e *Env) WebhookServer() webhook.Server {
 	return webhook.NewServer(webhook.Options{Host: w.LocalServingHost, Port: w.LocalServingPort, CertDir: w.LocalServingCertDir})
 }
 
+// WebhookServing returns the port and certificate directory of the local webhook server
+// the CRDs' conversion points at, for a manager built with its own webhook options.
+func (e *Env) WebhookServing() (port int, certDir string) {
+	w := e.env.WebhookInstallOptions
+	return w.LocalServingPort, w.LocalServingCertDir
+}
+
 // WebhookClientConfig returns how the API server reaches an admission webhook that a
 // test serves at path on the WebhookServer (registered on the manager's webhook server):
 // the local serving address, verified with the CA envtest issued its certificate from.
