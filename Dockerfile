@@ -4,7 +4,7 @@
 # linux/amd64 and linux/arm64 without a container runtime, and a test in make test fails
 # when this file and that build disagree (entrypoint, user, labels, files) or when the
 # builder stage lacks a file the manager compiles (the context .dockerignore admits and
-# the COPYs below).
+# the COPYs below); test/dockerfiles builds it with buildah for both platforms.
 FROM --platform=$BUILDPLATFORM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH

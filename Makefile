@@ -214,7 +214,7 @@ test: tools-for-test verify docker-build ## Run verify, then the unit, envtest, 
 # go test starts packages in the order they are named: the longest suites first, so
 # that the short ones fill the slots beside them instead of the long ones starting last
 # and running alone at the end (docs/development.md, "Where CI's time goes").
-GO_TEST_FIRST ?= ./test/e2e/storagebucket ./test/e2e/realnode ./test/e2e/scaling ./internal/sharding
+GO_TEST_FIRST ?= ./test/e2e/storagebucket ./test/e2e/realnode ./test/e2e/scaling ./test/dockerfiles ./internal/sharding
 
 # The real-node suites (test/e2e/realnode, test/harness/cluster/realnode) need root; the
 # first runs the operator image docker-build writes into IMAGE_LAYOUT.
@@ -578,8 +578,9 @@ NODE_PACKAGES := runc=runc iptables=iptables ip=iproute2 busybox=busybox-static
 
 # tinyproxy is the egress proxy of the StorageBucket e2e suite (test/harness/tinyproxy),
 # which both targets run; make test's hack/olm suites also run the OperatorHub checks
-# (yamllint), beside make operatorhub, so the suites cannot count on it to install it.
-DEBIAN_test := tinyproxy=tinyproxy yamllint=yamllint
+# (yamllint), beside make operatorhub, so the suites cannot count on it to install it;
+# test/dockerfiles builds the Dockerfiles with buildah.
+DEBIAN_test := tinyproxy=tinyproxy yamllint=yamllint buildah=buildah
 DEBIAN_test-k8s-versions := tinyproxy=tinyproxy
 
 .PHONY: tools
