@@ -109,15 +109,43 @@ func BenchmarkDeploymentCacheRSS(b *testing.B) {
 type rssReading struct {
 	synced                   time.Duration
 	rssMiB, peakMiB, heapMiB float64
+	// metrics is the manager's last scrape.
+	metrics string
 }
 
-// measureRSS starts bin, waits until it has synced, samples its memory and stops it.
+// measureRSS starts bin with every controller, waits until it has synced, samples its
+// memory and stops it.
 func measureRSS(ctx context.Context, b *testing.B, env *envtest.Env, bin, ns, probe string) rssReading {
-	dir := b.TempDir()
-	p, err := ourManager(env, bin, dir)
+	p, err := ourManager(env, bin, b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
+	foo := &phalanksv1alpha1.Foo{
+		ObjectMeta: metav1.ObjectMeta{Name: probe, Namespace: ns},
+		Spec:       phalanksv1alpha1.FooSpec{DeploymentName: probe, Replicas: ptr.To[int32](1)},
+	}
+	return sampleManager(ctx, b, p, syncProbe{
+		create: func() error { return env.Client.Create(ctx, foo) },
+		check: func(metrics string) error {
+			if err := fooSynced(ctx, env.Client, foo); err != nil {
+				return err
+			}
+			return scalingSynced(metrics)
+		},
+	})
+}
+
+// syncProbe tells when a manager has synced: create makes the objects it is to act on,
+// once it has started; check returns nil once it has, given a scrape of its metrics.
+type syncProbe struct {
+	create func() error
+	check  func(metrics string) error
+}
+
+// sampleManager starts p with a plain-HTTP metrics endpoint on loopback, waits until
+// probe says it has synced, samples its memory for rssSettle and stops it. The reading
+// holds the last and the highest RSS, the Go heap in use and the last scrape.
+func sampleManager(ctx context.Context, b *testing.B, p *process.Process, probe syncProbe) rssReading {
 	port, err := process.FreePort()
 	if err != nil {
 		b.Fatal(err)
@@ -137,38 +165,20 @@ func measureRSS(ctx context.Context, b *testing.B, env *envtest.Env, bin, ns, pr
 	}
 	defer func() { _ = p.Stop(20 * time.Second) }()
 
-	foo := &phalanksv1alpha1.Foo{
-		ObjectMeta: metav1.ObjectMeta{Name: probe, Namespace: ns},
-		Spec:       phalanksv1alpha1.FooSpec{DeploymentName: probe, Replicas: ptr.To[int32](1)},
-	}
-	if err := env.Client.Create(ctx, foo); err != nil {
+	if err := probe.create(); err != nil {
 		b.Fatal(err)
 	}
-	const wantScaling = `phalanks_scaling_workloads{kind="Deployment",state="up"} 1`
 	err = process.WaitFor(p, 10*time.Minute, func() error {
-		live := &phalanksv1alpha1.Foo{}
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(foo), live); err != nil {
-			return err
-		}
-		if live.Status.ObservedGeneration != live.Generation {
-			return errors.New("the probe Foo is not synced yet")
-		}
 		body, err := scrape(ctx, metricsURL)
 		if err != nil {
 			return err
 		}
-		if !strings.Contains(body, wantScaling) {
-			return errors.New("scheduled scaling has not decided the annotated Deployment yet")
-		}
-		return nil
+		return probe.check(body)
 	})
 	if err != nil {
-		b.Fatalf("%v; manager log %s", err, p.LogPath)
+		b.Fatalf("%v; manager log %s ends:\n%s", err, p.LogPath, process.Tail(p.LogPath, 30))
 	}
-	synced := time.Since(started)
-
-	var r rssReading
-	r.synced = synced
+	r := rssReading{synced: time.Since(started)}
 	deadline := time.Now().Add(rssSettle)
 	for time.Now().Before(deadline) {
 		rss, peak, err := procMemory(p.PID())
@@ -182,11 +192,10 @@ func measureRSS(ctx context.Context, b *testing.B, env *envtest.Env, bin, ns, pr
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	body, err := scrape(ctx, metricsURL)
-	if err != nil {
+	if r.metrics, err = scrape(ctx, metricsURL); err != nil {
 		b.Fatal(err)
 	}
-	heap, err := metricValue(body, "go_memstats_heap_inuse_bytes")
+	heap, err := metricValue(r.metrics, "go_memstats_heap_inuse_bytes")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -194,22 +203,63 @@ func measureRSS(ctx context.Context, b *testing.B, env *envtest.Env, bin, ns, pr
 	return r
 }
 
+// fooSynced returns nil once the Foo controller has written foo's status for its
+// current generation.
+func fooSynced(ctx context.Context, c client.Client, foo *phalanksv1alpha1.Foo) error {
+	live := &phalanksv1alpha1.Foo{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(foo), live); err != nil {
+		return err
+	}
+	if live.Status.ObservedGeneration != live.Generation {
+		return errors.New("the probe Foo is not synced yet")
+	}
+	return nil
+}
+
+// scalingSynced returns nil once scheduled scaling reports the one annotated Deployment
+// (createDeployments' first) in metrics.
+func scalingSynced(metrics string) error {
+	const want = `phalanks_scaling_workloads{kind="Deployment",state="up"} 1`
+	if !strings.Contains(metrics, want) {
+		var seen []string
+		for line := range strings.SplitSeq(metrics, "\n") {
+			if strings.HasPrefix(line, "phalanks_scaling_workloads{") && !strings.HasSuffix(line, " 0") {
+				seen = append(seen, line)
+			}
+		}
+		return fmt.Errorf("scheduled scaling has not decided the annotated Deployment yet (it reports %v)", seen)
+	}
+	return nil
+}
+
 // createDeployments creates count Deployments shaped like a typical chart's: labels,
 // annotations, one container with environment, resources and probes. One carries a
-// scheduled-scaling annotation that never scales it, so the benchmark can tell when
-// scheduled scaling has synced.
+// scheduled-scaling annotation that never scales it (markScaled), so the benchmark can
+// tell when scheduled scaling has synced.
 func createDeployments(ctx context.Context, c client.Client, ns string, count int) error {
+	return createAll(ctx, c, count, func(i int) client.Object {
+		d := chartDeployment(ns, fmt.Sprintf("app-%05d", i))
+		if i == 0 {
+			markScaled(d)
+		}
+		return d
+	})
+}
+
+// markScaled puts d under scheduled scaling with a schedule that keeps it up for good:
+// scheduled scaling reports it as up and never writes to it. ("never" as a downtime would
+// not do: a schedule that says no and nothing else leaves the object unmanaged.)
+func markScaled(d *appsv1.Deployment) { d.Annotations["phalanks.io/uptime"] = "always" }
+
+// createAll creates the count objects object(0) … object(count-1), 16 at a time.
+func createAll(ctx context.Context, c client.Client, count int, object func(i int) client.Object) error {
 	names := make(chan int)
 	errs := make(chan error, 16)
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Go(func() {
 			for i := range names {
-				d := chartDeployment(ns, fmt.Sprintf("app-%05d", i))
-				if i == 0 {
-					d.Annotations["phalanks.io/downtime"] = "never"
-				}
-				if err := c.Create(ctx, d); err != nil {
+				if err := c.Create(ctx, object(i)); err != nil {
 					errs <- err
 					return
 				}
@@ -232,6 +282,28 @@ loop:
 }
 
 func chartDeployment(ns, name string) *appsv1.Deployment {
+	template := chartPodTemplate(name)
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: name, Labels: template.Labels,
+			Annotations: map[string]string{"meta.helm.sh/release-name": name, "meta.helm.sh/release-namespace": ns},
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: chartSelector(name)},
+			Template: template,
+		},
+	}
+}
+
+// chartSelector is the selector of a chart's workload name.
+func chartSelector(name string) map[string]string {
+	return map[string]string{"app.kubernetes.io/name": name, "app.kubernetes.io/instance": name}
+}
+
+// chartPodTemplate is the pod template of a chart's workload name: labels, a config
+// checksum, one container with environment, resources and probes.
+func chartPodTemplate(name string) corev1.PodTemplateSpec {
 	labels := map[string]string{
 		"app.kubernetes.io/name":       name,
 		"app.kubernetes.io/instance":   name,
@@ -239,37 +311,26 @@ func chartDeployment(ns, name string) *appsv1.Deployment {
 		"app.kubernetes.io/managed-by": "Helm",
 		"helm.sh/chart":                "app-1.4.2",
 	}
-	selector := map[string]string{"app.kubernetes.io/name": name, "app.kubernetes.io/instance": name}
 	var env []corev1.EnvVar
 	for i := range 10 {
 		env = append(env, corev1.EnvVar{Name: fmt.Sprintf("SETTING_%d", i), Value: fmt.Sprintf("value-%d-for-%s", i, name)})
 	}
 	probe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns, Name: name, Labels: labels,
-			Annotations: map[string]string{"meta.helm.sh/release-name": name, "meta.helm.sh/release-namespace": ns},
-		},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2),
-			Selector: &metav1.LabelSelector{MatchLabels: selector},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{"checksum/config": strings.Repeat("0f", 32)}},
-				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{
-						Name:  "app",
-						Image: "registry.example.com/team/" + name + ":1.4.2",
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-						Env:   env,
-						Resources: corev1.ResourceRequirements{
-							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
-							Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
-						},
-						LivenessProbe:  probe,
-						ReadinessProbe: probe,
-					}},
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{"checksum/config": strings.Repeat("0f", 32)}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name:  "app",
+				Image: "registry.example.com/team/" + name + ":1.4.2",
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+				Env:   env,
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
 				},
-			},
+				LivenessProbe:  probe,
+				ReadinessProbe: probe,
+			}},
 		},
 	}
 }
