@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -41,6 +42,13 @@ type FooSpec struct {
 	// +kubebuilder:validation:Enum=Restricted
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Pod Security level",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Restricted"}
 	PodSecurity FooPodSecurity `json:"podSecurity,omitempty"`
+
+	// resources are the compute resources of the Deployment's nginx container: requests
+	// that a namespace's ResourceQuota or LimitRange may require, and limits. Unset leaves
+	// the container's resources alone, as sample-controller does.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Resources",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:resourceRequirements"}
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // FooPodSecurity is a Pod Security level a Foo's pods are made to meet.

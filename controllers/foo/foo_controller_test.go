@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -164,6 +165,36 @@ var _ = Describe("Foo controller", func() {
 		foo = getFoo(Default, "test")
 		foo.Spec.PodSecurity = "Privileged"
 		Expect(apierrors.IsInvalid(env.Client.Update(ctx, foo))).To(BeTrue())
+	})
+
+	It("gives its container the Foo's resources once, and keeps a quantity the Foo does not name", func() {
+		createFoo("test", 1)
+		startManager(ns)
+		expectSynced("test", 0)
+
+		By("someone else setting a memory request on the Deployment")
+		dep := getDeployment(Default, "test-deployment")
+		dep.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+		Expect(env.Client.Update(ctx, dep)).To(Succeed())
+
+		foo := getFoo(Default, "test")
+		foo.Spec.Resources = &corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0.01")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+		}
+		Expect(env.Client.Update(ctx, foo)).To(Succeed())
+		var generation int64
+		Eventually(func(g Gomega) {
+			dep := getDeployment(g, "test-deployment")
+			res := dep.Spec.Template.Spec.Containers[0].Resources
+			g.Expect(res.Requests.Cpu().String()).To(Equal("10m"))
+			g.Expect(res.Requests.Memory().String()).To(Equal("64Mi"))
+			g.Expect(res.Limits.Memory().String()).To(Equal("128Mi"))
+			generation = dep.Generation
+		}).Should(Succeed())
+		expectSynced("test", 0)
+		// The API server stores "0.01" as "10m": an equal quantity is not written again.
+		Consistently(func() int64 { return getDeployment(Default, "test-deployment").Generation }, "3s").Should(Equal(generation))
 	})
 
 	It("reports a Deployment it does not control, retries, and leaves it alone (TestNotControlledByUs)", func() {

@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -96,7 +97,8 @@ func (r *reconciler) ensureDeployment(ctx context.Context, foo *phalanksv1alpha1
 // newDeployment builds the Deployment for a Foo as sample-controller does: named
 // spec.deploymentName, controlled by the Foo, labelled app=nginx and controller=<foo>,
 // one nginx container, and the Foo's replicas (unset leaves the API default of 1); with
-// podSecurity Restricted, its pods meet that level.
+// podSecurity Restricted, its pods meet that level; with resources, the container has
+// them.
 func newDeployment(foo *phalanksv1alpha1.Foo) *appsv1.Deployment {
 	labels := map[string]string{
 		"app":        appLabel,
@@ -129,7 +131,51 @@ func newDeployment(foo *phalanksv1alpha1.Foo) *appsv1.Deployment {
 	if foo.Spec.PodSecurity == phalanksv1alpha1.FooPodSecurityRestricted {
 		restrict(&dep.Spec.Template.Spec)
 	}
+	withResources(&dep.Spec.Template.Spec, foo.Spec.Resources)
 	return dep
+}
+
+// withResources gives pod's nginx container every request and limit want names, when
+// the Foo has resources, and reports whether that changed it. Others stay: the API server
+// defaults a missing request to its limit, and removing that would be rewritten at once.
+func withResources(pod *corev1.PodSpec, want *corev1.ResourceRequirements) bool {
+	if want == nil {
+		return false
+	}
+	changed := false
+	for i := range pod.Containers {
+		c := &pod.Containers[i]
+		if c.Name != containerName {
+			continue
+		}
+		if mergeQuantities(&c.Resources.Requests, want.Requests) {
+			changed = true
+		}
+		if mergeQuantities(&c.Resources.Limits, want.Limits) {
+			changed = true
+		}
+		if len(want.Claims) > 0 && !apiequality.Semantic.DeepEqual(c.Resources.Claims, want.Claims) {
+			c.Resources.Claims = slices.Clone(want.Claims)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// mergeQuantities sets every quantity of want in have and reports whether one differed.
+func mergeQuantities(have *corev1.ResourceList, want corev1.ResourceList) bool {
+	changed := false
+	for name, q := range want {
+		if cur, ok := (*have)[name]; ok && cur.Cmp(q) == 0 {
+			continue
+		}
+		if *have == nil {
+			*have = corev1.ResourceList{}
+		}
+		(*have)[name] = q.DeepCopy()
+		changed = true
+	}
+	return changed
 }
 
 // restrict gives pod and its nginx container what the restricted Pod Security level
@@ -183,8 +229,9 @@ func restrict(pod *corev1.PodSpec) bool {
 }
 
 // withFooSpec returns a copy of dep with the Foo's replicas (when the Foo sets them),
-// image (on our container, when it is still there), LabelOwned and, with podSecurity
-// Restricted, the restricted level's settings, and whether anything changed. Removing
+// image and resources (on our container, when it is still there and the Foo sets
+// them), LabelOwned and, with podSecurity Restricted, the restricted level's settings,
+// and whether anything changed. Removing
 // podSecurity loosens nothing: the settings stay until the Deployment is re-created.
 func withFooSpec(dep *appsv1.Deployment, foo *phalanksv1alpha1.Foo) (*appsv1.Deployment, bool) {
 	out := dep.DeepCopy()
@@ -208,6 +255,9 @@ func withFooSpec(dep *appsv1.Deployment, foo *phalanksv1alpha1.Foo) (*appsv1.Dep
 		}
 	}
 	if foo.Spec.PodSecurity == phalanksv1alpha1.FooPodSecurityRestricted && restrict(&out.Spec.Template.Spec) {
+		changed = true
+	}
+	if withResources(&out.Spec.Template.Spec, foo.Spec.Resources) {
 		changed = true
 	}
 	return out, changed

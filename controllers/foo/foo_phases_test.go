@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	psapi "k8s.io/pod-security-admission/api"
@@ -214,5 +215,47 @@ func TestWithFooSpecRestrictsAnExistingDeployment(t *testing.T) {
 	unset, changed := withFooSpec(got, testFoo(ptr.To[int32](2), "nginx:latest"))
 	if changed || !apiequality.Semantic.DeepEqual(unset.Spec.Template.Spec, got.Spec.Template.Spec) {
 		t.Error("removing podSecurity changed the pods' security settings")
+	}
+}
+
+func TestWithFooSpecSetsTheResourcesTheFooNames(t *testing.T) {
+	q := resource.MustParse
+	foo := testFoo(ptr.To[int32](1), "nginx:latest")
+	foo.Spec.Resources = &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: q("10m")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: q("64Mi")},
+	}
+	created := newDeployment(foo)
+	if got := created.Spec.Template.Spec.Containers[0].Resources; !apiequality.Semantic.DeepEqual(got, *foo.Spec.Resources) {
+		t.Errorf("a new Deployment's container has resources %+v, want %+v", got, *foo.Spec.Resources)
+	}
+
+	// What the Foo does not name stays (a request an admission plugin or a LimitRange
+	// defaulted, say), and an equal quantity written differently is equal.
+	existing := newDeployment(testFoo(ptr.To[int32](1), "nginx:latest"))
+	existing.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: q("0.01"), corev1.ResourceMemory: q("64Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: q("64Mi")},
+	}
+	if _, changed := withFooSpec(existing, foo); changed {
+		t.Error("a container that has every quantity the Foo names is patched")
+	}
+
+	existing.Spec.Template.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = q("1")
+	got, changed := withFooSpec(existing, foo)
+	if !changed {
+		t.Fatal("a CPU request other than the Foo's was left")
+	}
+	res := got.Spec.Template.Spec.Containers[0].Resources
+	if res.Requests.Cpu().Cmp(q("10m")) != 0 || res.Requests.Memory().Cmp(q("64Mi")) != 0 {
+		t.Errorf("requests %v, want the Foo's CPU and the memory request kept", res.Requests)
+	}
+	if existing.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().Cmp(q("1")) != 0 {
+		t.Error("withFooSpec modified the Deployment it was given")
+	}
+
+	foo.Spec.Resources = nil
+	if _, changed := withFooSpec(existing, foo); changed {
+		t.Error("a Foo without resources changed the container's")
 	}
 }
