@@ -357,7 +357,8 @@ const (
 	controllerScaling       = "scaling"
 )
 
-// controllerNames are the controllers in the order they are set up; all run by default.
+// controllerNames are the names --controllers takes, as its help lists them; all run by
+// default.
 var controllerNames = []string{controllerStorageBucket, controllerFoo, controllerScaling}
 
 // parseControllers returns the set of controllers a --controllers value names.
