@@ -217,13 +217,21 @@ test: tools-for-test verify docker-build ## Run verify, then the unit, envtest, 
 GO_TEST_FIRST ?= ./test/e2e/storagebucket ./test/e2e/realnode ./test/e2e/scaling ./test/dockerfiles ./internal/sharding
 
 # The real-node suites (test/e2e/realnode, test/harness/cluster/realnode) need root; the
-# first runs the operator image docker-build writes into IMAGE_LAYOUT.
+# first runs the operator image docker-build writes into IMAGE_LAYOUT. After the
+# operator's packages, the suites on the oldest Kubernetes (which wait on their API
+# servers: 1.2 cores busy alone) and the OLM module's tests (1.5 cores) run side by side
+# (-j$(TEST_JOBS)) instead of one after the other.
 test-suites:
 	@# The real-node suite installs the Prometheus Operator from its module's bundle.yaml,
 	@# inside a sandbox without network.
 	go -C hack/tools/prometheus-operator mod download github.com/prometheus-operator/prometheus-operator
 	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) -p $(GO_TEST_PARALLEL) $(GO_TEST_FIRST) ./...
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) test-suites-oldest test-suites-olm
+
+.PHONY: test-suites-oldest test-suites-olm
+test-suites-oldest:
 	PHALANKS_KUBE_TOOLS=$(KUBE_OLDEST) go test $(GO_TEST_FLAGS) -p $(GO_TEST_PARALLEL) $(KUBE_OLDEST_SUITES)
+test-suites-olm:
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(OLM_TEST_FLAGS) ./...
 
 test-checks:
