@@ -16,12 +16,15 @@ const HolidaysPrefix = "holidays:"
 // calendarName is a Kubernetes object name (a DNS subdomain): calendars are ConfigMaps.
 var calendarName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
-// holidaysRef reports whether an element names a calendar, and which (as written).
-func holidaysRef(text string) (string, bool) {
+// holidaysRef reports whether an element names a calendar, and which (as written): the
+// name, and the zone written after it (holidays:de-by Europe/Berlin), which the
+// calendar's whole days that name none are read in.
+func holidaysRef(text string) (name, zone string, ok bool) {
 	if len(text) < len(HolidaysPrefix) || !strings.EqualFold(text[:len(HolidaysPrefix)], HolidaysPrefix) {
-		return "", false
+		return "", "", false
 	}
-	return strings.TrimSpace(text[len(HolidaysPrefix):]), true
+	name, zone, _ = strings.Cut(strings.TrimSpace(text[len(HolidaysPrefix):]), " ")
+	return name, strings.TrimSpace(zone), true
 }
 
 // holidays looks a calendar up.
@@ -64,7 +67,7 @@ func ParseCalendar(name string, entries map[string]string, d Defaults) (*Schedul
 			problems = append(problems, fmt.Sprintf("%s: %q names another calendar; calendars do not nest", strconv.Quote(k), ref))
 			continue
 		}
-		s, err := Parse(spec, d)
+		s, err := parse(spec, d, true)
 		if err != nil {
 			problems = append(problems, strconv.Quote(k)+": "+err.Error())
 			continue
@@ -83,7 +86,7 @@ func ParseCalendar(name string, entries map[string]string, d Defaults) (*Schedul
 // nestedCalendar returns the first element of spec that names a calendar.
 func nestedCalendar(spec string) string {
 	for _, part := range strings.Split(spec, ",") {
-		if _, ok := holidaysRef(strings.TrimSpace(part)); ok {
+		if _, _, ok := holidaysRef(strings.TrimSpace(part)); ok {
 			return strings.TrimSpace(part)
 		}
 	}
@@ -94,7 +97,7 @@ func nestedCalendar(spec string) string {
 func References(spec string) []string {
 	var out []string
 	for _, part := range strings.Split(spec, ",") {
-		if name, ok := holidaysRef(strings.TrimSpace(part)); ok && name != "" && !slices.Contains(out, name) {
+		if name, _, ok := holidaysRef(strings.TrimSpace(part)); ok && name != "" && !slices.Contains(out, name) {
 			out = append(out, name)
 		}
 	}

@@ -25,6 +25,9 @@ func FuzzParse(f *testing.F) {
 		"Mon-Fri 25:00-08:00 UTC",
 		",,",
 		"Mon-Sun 00:00-12:00 Europe/Berlin, Mon-Sun 11:00-24:00 UTC",
+		"*-12-25, *-12-26, easter-2, easter+1 Europe/Vienna, 2026-12-24..2026-12-31",
+		"easter+60 America/Santiago, *-09-03 Asia/Beirut, *-03-31 America/Havana",
+		"2024-1, 2024-11-01.., *-, easter+",
 	} {
 		f.Add(seed, int64(1717236000))
 	}

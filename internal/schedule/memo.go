@@ -20,8 +20,8 @@ type ownPart struct {
 
 // calendarRef is a holidays:<name> element.
 type calendarRef struct {
-	index      int
-	text, name string
+	index            int
+	text, name, zone string
 }
 
 // noted is a problem or warning about the element at index, so that those about
@@ -50,20 +50,23 @@ func elementName(i int, text string) string {
 
 // readOwn parses what spec says besides its calendars, with zone and weekdays as the
 // defaults, or returns what an earlier call parsed. The result is shared: nothing
-// changes it afterwards.
-func readOwn(spec, zone, weekdays string) *ownPart {
-	key := memoKey{spec, zone, weekdays}
+// changes it afterwards. Whole days that name no zone are read in the schedule's zone
+// (see zoneOfDays), or, inCalendar, left for the schedule that names the calendar.
+func readOwn(spec, zone, weekdays string, inCalendar bool) *ownPart {
+	key := memoKey{spec, zone, weekdays, inCalendar}
 	if o, ok := memo.get(key); ok {
 		return o
 	}
 	p := parser{defaults: Defaults{TimeZone: zone, Weekdays: weekdays}}
 	var b builder
 	o := &ownPart{}
+	var unzoned []noted
+	var unzonedRules []dayRule
 	for i, part := range strings.Split(spec, ",") {
 		text := strings.TrimSpace(part)
 		p.warning = ""
-		if name, ok := holidaysRef(text); ok {
-			o.calendars = append(o.calendars, calendarRef{index: i, text: text, name: name})
+		if name, refZone, ok := holidaysRef(text); ok {
+			o.calendars = append(o.calendars, calendarRef{index: i, text: text, name: name, zone: refZone})
 			continue
 		}
 		b.size++
@@ -75,7 +78,23 @@ func readOwn(spec, zone, weekdays string) *ownPart {
 		if p.warning != "" {
 			o.warnings = append(o.warnings, noted{i, elementName(i, text) + p.warning})
 		}
+		if d, ok := e.(days); ok && d.loc == nil && !inCalendar {
+			unzoned = append(unzoned, noted{index: i, text: text})
+			unzonedRules = append(unzonedRules, d.rules...)
+			continue
+		}
 		b.add(r, e)
+	}
+	if len(unzoned) > 0 {
+		loc, err := p.zoneOfDays(b.byZone)
+		if err != nil {
+			for _, u := range unzoned {
+				o.problems = append(o.problems, noted{u.index, elementName(u.index, u.text) + err.Error()})
+			}
+			o.problems = inOrder(o.problems)
+		} else {
+			b.bind(unzonedRules, loc)
+		}
 	}
 	b.warnings = texts(o.warnings)
 	o.schedule = b.build()
@@ -83,7 +102,10 @@ func readOwn(spec, zone, weekdays string) *ownPart {
 	return o
 }
 
-type memoKey struct{ spec, zone, weekdays string }
+type memoKey struct {
+	spec, zone, weekdays string
+	inCalendar           bool
+}
 
 // memo remembers the own parts of the specifications read lately. It is bounded by
 // the length of the specifications it holds (what they parse to grows with it): when

@@ -100,6 +100,12 @@ func (p *parser) element(text string) (*recurrence, element, error) {
 			return nil, nil, err
 		}
 		return nil, interval{until: at, hasUntil: true}, nil
+	case looksLikeDays(text):
+		d, err := wholeDays(text)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, d, nil
 	case looksAbsolute(text):
 		e, err := absolute(text)
 		if errors.Is(err, errEmptyRange) {

@@ -71,6 +71,8 @@ func peerElement(peer, text string) (elements []string, note string, rejected bo
 		return []string{text}, "", false
 	case strings.HasPrefix(lower, HolidaysPrefix):
 		return nil, peer + " has no holiday calendars and rejects it", true
+	case looksLikeDays(text):
+		return nil, peer + " has no whole days (dates without a time, yearly and Easter days) and rejects it", true
 	case strings.HasPrefix(lower, "from") || strings.HasPrefix(lower, "until"):
 		if peer == KubeDownscaler {
 			return nil, "kube-downscaler has no from/until and rejects it", true

@@ -63,7 +63,12 @@ type Schedule struct {
 	elements []element
 	ranges   rangeSet
 	weeks    []*weekly
-	always   bool
+	// annuals are the yearly and Easter-relative days, by zone.
+	annuals []*annual
+	// unzoned are the whole days of a holiday calendar that name no zone: the schedule
+	// that names the calendar reads them in its own zone.
+	unzoned []dayRule
+	always  bool
 	// size is the number of elements written, those of the calendars named included.
 	size     int
 	warnings []string
@@ -103,13 +108,19 @@ type element interface {
 // memo): the operator reads the same annotations at every decision. The calendars it
 // names are looked up at every call, since they change on their own.
 func Parse(spec string, d Defaults) (*Schedule, error) {
+	return parse(spec, d, false)
+}
+
+// parse is Parse; inCalendar leaves the whole days that name no zone unzoned, for the
+// schedule that names the calendar to read in its zone.
+func parse(spec string, d Defaults, inCalendar bool) (*Schedule, error) {
 	if strings.TrimSpace(spec) == "" {
 		return nil, &parseError{problems: []string{"the schedule is empty"}}
 	}
 	if n := strings.Count(spec, ",") + 1; n > MaxElements {
 		return nil, &parseError{problems: []string{tooMany(n)}}
 	}
-	own := readOwn(spec, d.TimeZone, d.Weekdays)
+	own := readOwn(spec, d.TimeZone, d.Weekdays, inCalendar)
 	if len(own.calendars) == 0 {
 		if len(own.problems) > 0 {
 			return nil, &parseError{problems: texts(own.problems)}
@@ -123,13 +134,13 @@ func Parse(spec string, d Defaults) (*Schedule, error) {
 	var calendarWarnings []noted
 	for _, ref := range own.calendars {
 		cal, err := p.holidays(ref.name)
+		if err == nil {
+			err = b.includeCalendar(cal, ref.zone, func() (*time.Location, error) { return p.zoneOfDays(own.schedule.weeks) })
+		}
 		if err != nil {
 			problems = append(problems, noted{ref.index, elementName(ref.index, ref.text) + err.Error()})
 			continue
 		}
-		// A calendar's elements join the schedule as they are: its absolute ranges
-		// stay absolute boundaries for Next.
-		b.include(cal)
 		for _, w := range cal.warnings {
 			calendarWarnings = append(calendarWarnings, noted{ref.index, elementName(ref.index, ref.text) + w})
 		}
@@ -156,7 +167,11 @@ type builder struct {
 	// sets are the merged ranges of schedules included whole (calendars).
 	sets []rangeSet
 	// byZone are the recurring elements by zone.
-	byZone   []*weekly
+	byZone []*weekly
+	// annuals are the yearly and Easter-relative days by zone; unzoned the whole days
+	// that name no zone, in a calendar (readOwn binds a schedule's own).
+	annuals  []*annual
+	unzoned  []dayRule
 	size     int
 	warnings []string
 }
@@ -170,6 +185,12 @@ func (b *builder) add(r *recurrence, e element) {
 		b.always = b.always || bool(e)
 	case interval:
 		b.ranges = append(b.ranges, e)
+	case days:
+		if e.loc == nil {
+			b.unzoned = append(b.unzoned, e.rules...)
+		} else {
+			b.bind(e.rules, e.loc)
+		}
 	}
 }
 
@@ -182,11 +203,15 @@ func (b *builder) include(s *Schedule) {
 	for _, w := range s.weeks {
 		weeklyFor(&b.byZone, w.loc).merge(w)
 	}
+	for _, a := range s.annuals {
+		annualFor(&b.annuals, a.loc).merge(a)
+	}
+	b.unzoned = append(b.unzoned, s.unzoned...)
 	b.size += s.size
 }
 
 func (b *builder) build() *Schedule {
-	s := &Schedule{always: b.always, size: b.size, warnings: b.warnings, weeks: b.byZone}
+	s := &Schedule{always: b.always, size: b.size, warnings: b.warnings, weeks: b.byZone, annuals: b.annuals, unzoned: b.unzoned}
 	if len(b.ranges) == 0 && len(b.sets) == 1 {
 		s.ranges = b.sets[0]
 	} else {
@@ -208,6 +233,9 @@ func (b *builder) build() *Schedule {
 		}
 		for _, w := range s.weeks {
 			s.elements = append(s.elements, w)
+		}
+		for _, a := range s.annuals {
+			s.elements = append(s.elements, a)
 		}
 	}
 	return s

@@ -108,3 +108,43 @@ func TestAHolidayCalendarIsSharedAndAChangeRedecidesEveryWorkloadThatUsesIt(t *t
 	g.Eventually(replicas(webB)).WithTimeout(timeout).Should(BeEquivalentTo(3), "team B's own, empty, calendar shadows the shared one")
 	g.Consistently(replicas(webA)).WithTimeout(3*time.Second).Should(BeEquivalentTo(0), "team A still uses the shared calendar")
 }
+
+// TestAHolidayCalendarOfWholeDaysIsReadInEachTeamsZone shares one calendar of whole
+// days between two teams whose schedules read it in their own zones, Kiritimati
+// (UTC+14) and Pago Pago (UTC−11): 25 hours apart, so their dates always differ. The
+// calendar lists today and tomorrow as Kiritimati counts them, which in Pago Pago is
+// still one or two days before: the team in Kiritimati sleeps, the one in Pago Pago
+// does not. Then the calendar moves the holiday to a yearly day months away, and the
+// team in Kiritimati comes back.
+func TestAHolidayCalendarOfWholeDaysIsReadInEachTeamsZone(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ops := newNamespace(t, nil)
+	east, west := newNamespace(t, nil), newNamespace(t, nil)
+	startOperator(t, scaling.Options{CalendarNamespace: ops})
+	kiritimati, err := time.LoadLocation("Pacific/Kiritimati")
+	g.Expect(err).NotTo(HaveOccurred())
+	today := time.Now().In(kiritimati)
+	days := today.Format(time.DateOnly) + ".." + today.AddDate(0, 0, 1).Format(time.DateOnly)
+	cal := calendar(t, ops, "company", map[string]string{"today": days}, true)
+
+	webEast := newDeployment(t, east, "web", 2, map[string]string{scaling.AnnotationDowntime: "holidays:company Pacific/Kiritimati"})
+	webWest := newDeployment(t, west, "web", 3, map[string]string{scaling.AnnotationDowntime: "holidays:company Pacific/Pago_Pago"})
+	replicas := func(d *appsv1.Deployment) func(Gomega) int32 {
+		return func(g Gomega) int32 { return ptr.Deref(live(d)(g).Spec.Replicas, -1) }
+	}
+	g.Eventually(replicas(webEast)).WithTimeout(timeout).Should(BeEquivalentTo(0), "today is a holiday in Kiritimati")
+	g.Consistently(replicas(webWest)).WithTimeout(3*time.Second).Should(BeEquivalentTo(3), "and not yet in Pago Pago")
+
+	later := today.AddDate(0, 0, 100)
+	if later.Month() == time.February && later.Day() == 29 {
+		later = later.AddDate(0, 0, 1)
+	}
+	g.Eventually(func(g Gomega) error {
+		cm := live(cal)(g)
+		cm.Data = map[string]string{"later": later.Format("*-01-02")}
+		return admin.Update(ctx, cm)
+	}).WithTimeout(timeout).Should(Succeed())
+	g.Eventually(replicas(webEast)).WithTimeout(timeout).Should(BeEquivalentTo(2), "the holiday moved months away")
+	g.Expect(replicas(webWest)(g)).To(BeEquivalentTo(3))
+}
