@@ -1,10 +1,9 @@
 # The manager image: the static manager binary on an empty base, running as the numeric
 # non-root user 65532 (restricted Pod Security). Built for any TARGETPLATFORM; the
 # daemonless build (make docker-build, hack/olm/images) makes the same image for
-# linux/amd64 and linux/arm64 without a container runtime, and a test in make test fails
-# when this file and that build disagree (entrypoint, user, labels, files) or when the
-# builder stage lacks a file the manager compiles (the context .dockerignore admits and
-# the COPYs below); test/dockerfiles builds it with buildah for both platforms.
+# linux/amd64 and linux/arm64 without a container runtime; test/dockerfiles (make test)
+# builds this file with buildah for both platforms and fails when it does not build or
+# when its image and that build's differ (configuration, files, modes, owners, contents).
 FROM --platform=$BUILDPLATFORM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH

@@ -14,7 +14,6 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/minio/minio-go/v7 v7.4.1
-	github.com/moby/patternmatcher v0.6.0
 	github.com/operator-framework/api v0.45.0
 	github.com/operator-framework/operator-registry v1.72.0
 	github.com/phalanks/phalanks-operator v0.0.0-00010101000000-000000000000

@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,7 +52,7 @@ func newBuilder(t *testing.T) *builder {
 	b := &builder{
 		t:       t,
 		root:    root,
-		storage: []string{"--root", filepath.Join(dir, "storage"), "--runroot", filepath.Join(dir, "run"), "--storage-driver", "vfs"},
+		storage: []string{"--root", filepath.Join(dir, "storage"), "--runroot", filepath.Join(dir, "run"), "--storage-driver", storageDriver(dir)},
 	}
 	t.Cleanup(func() { _, _ = b.run("rm", "--all") })
 	modcache, gocache := goEnv(t, "GOMODCACHE"), goEnv(t, "GOCACHE")
@@ -60,6 +61,18 @@ func newBuilder(t *testing.T) *builder {
 		"-v", gocache + ":/root/.cache/go-build",
 	}
 	return b
+}
+
+// storageDriver is the kernel's overlay where the directory allows it, vfs (a copy of
+// every layer, about twice the CPU) on an overlay filesystem, where overlay cannot
+// nest: a CI machine that is itself a container.
+func storageDriver(dir string) string {
+	const overlayfsMagic = 0x794c7630
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil || st.Type == overlayfsMagic {
+		return "vfs"
+	}
+	return "overlay"
 }
 
 func goEnv(t *testing.T, name string) string {
@@ -199,15 +212,70 @@ func (b *builder) files(name, arch string) string {
 
 var both = []string{"linux/amd64", "linux/arm64"}
 
+// The release values both builds get.
+const (
+	testVersion  = "1.2.3"
+	testRevision = "0123abc"
+)
+
+// daemonless builds the four images with the daemonless build the release and the OLM
+// suites use (make images: hack/olm/images) into an OCI layout, each named
+// localhost/<image>:daemonless, and returns the layout's directory.
+func daemonless(t *testing.T, root string) string {
+	t.Helper()
+	dir := t.TempDir()
+	args := []string{"-C", "hack/olm", "run", "-tags", "containers_image_openpgp", "./cmd/olm", "images", "build",
+		"--layout", dir, "--bundle-dir", "bundle", "--version", testVersion, "--revision", testRevision,
+		"--image", "localhost/operator:daemonless", "--scorecard-image", "localhost/scorecard-tests:daemonless",
+		"--bundle-image", "localhost/bundle:daemonless", "--catalog-image", "localhost/catalog:daemonless"}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the daemonless build: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// sameAsDaemonless requires the real builder's manifest list name to hold, for each
+// platform, the image the daemonless build wrote into layout as ref: the same
+// configuration and the same files, with the same modes, owners and contents.
+func (b *builder) sameAsDaemonless(t *testing.T, name, layout, ref string, platforms []string) {
+	t.Helper()
+	dir := t.TempDir()
+	b.must("manifest", "push", "--all", name, "oci:"+dir+":built")
+	for _, p := range platforms {
+		want, err := imageIn(layout, ref, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := imageIn(dir, "built", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wv, err := viewOf(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gv, err := viewOf(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range differences(wv, gv) {
+			t.Errorf("%s, %s: %s", name, p, d)
+		}
+	}
+}
+
 // TestTheDockerfilesBuildWithARealBuilder builds the manager, bundle and catalog images
 // from the Dockerfiles users build, and checks each against what the release ships.
 func TestTheDockerfilesBuildWithARealBuilder(t *testing.T) {
 	b := newBuilder(t)
 	b.golangBase()
+	built := daemonless(t, b.root)
 
 	t.Run("the manager image, for amd64 and arm64", func(t *testing.T) {
 		if err := b.build("Dockerfile", "", "localhost/manager:test", both,
-			"--build-arg", "VERSION=1.2.3", "--build-arg", "REVISION=0123abc"); err != nil {
+			"--build-arg", "VERSION="+testVersion, "--build-arg", "REVISION="+testRevision); err != nil {
 			t.Fatal(err)
 		}
 		for _, arch := range []string{"amd64", "arm64"} {
@@ -223,8 +291,8 @@ func TestTheDockerfilesBuildWithARealBuilder(t *testing.T) {
 			}
 			for k, v := range map[string]string{
 				"org.opencontainers.image.title":    "phalanks-operator",
-				"org.opencontainers.image.version":  "1.2.3",
-				"org.opencontainers.image.revision": "0123abc",
+				"org.opencontainers.image.version":  testVersion,
+				"org.opencontainers.image.revision": testRevision,
 				"org.opencontainers.image.licenses": "Apache-2.0",
 			} {
 				if got := cfg.Config.Labels[k]; got != v {
@@ -243,6 +311,16 @@ func TestTheDockerfilesBuildWithARealBuilder(t *testing.T) {
 		if !bytes.Contains(out, []byte("-controllers")) || !bytes.Contains(out, []byte("-leader-elect")) {
 			t.Errorf("the image's manager -h printed no flag list:\n%s", out)
 		}
+		b.sameAsDaemonless(t, "localhost/manager:test", built, "localhost/operator:daemonless", both)
+	})
+
+	t.Run("the scorecard-test image, for amd64 and arm64", func(t *testing.T) {
+		const dockerfile = "hack/olm/cmd/phalanks-scorecard-tests/Dockerfile"
+		if err := b.build(dockerfile, dockerfile+".dockerignore", "localhost/scorecard-tests:test", both,
+			"--build-arg", "VERSION="+testVersion, "--build-arg", "REVISION="+testRevision); err != nil {
+			t.Fatal(err)
+		}
+		b.sameAsDaemonless(t, "localhost/scorecard-tests:test", built, "localhost/scorecard-tests:daemonless", both)
 	})
 
 	t.Run("the bundle image", func(t *testing.T) {
@@ -269,6 +347,7 @@ func TestTheDockerfilesBuildWithARealBuilder(t *testing.T) {
 				t.Errorf("the bundle image lacks /%s: %v", f, err)
 			}
 		}
+		b.sameAsDaemonless(t, "localhost/bundle:test", built, "localhost/bundle:daemonless", []string{"linux/" + runtime.GOARCH})
 	})
 
 	t.Run("the catalog image, for amd64 and arm64", func(t *testing.T) {
@@ -290,6 +369,7 @@ func TestTheDockerfilesBuildWithARealBuilder(t *testing.T) {
 				t.Errorf("the catalog image lacks /%s: %v", f, err)
 			}
 		}
+		b.sameAsDaemonless(t, "localhost/catalog:test", built, "localhost/catalog:daemonless", both)
 	})
 
 	// The failure of the last release: a Dockerfile that copies main.go alone, while

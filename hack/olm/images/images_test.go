@@ -36,9 +36,31 @@ import (
 	"github.com/phalanks/phalanks-operator/hack/olm/internal/bundletest"
 	"github.com/phalanks/phalanks-operator/hack/olm/validate"
 	"github.com/phalanks/phalanks-operator/internal/imagebuild"
+	"github.com/phalanks/phalanks-operator/test/harness/tools"
 )
 
 func init() { logrus.SetLevel(logrus.WarnLevel) }
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := tools.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+var testParams = images.Params{Version: "1.2.3", Revision: "0123456789abcdef0123456789abcdef01234567"}
+
+// specs are the four images as the daemonless build makes them.
+func specs(t *testing.T, p images.Params) []images.Spec {
+	t.Helper()
+	b, err := images.Bundle(p, bundle.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []images.Spec{images.Operator(p), images.ScorecardTests(p), b, images.Catalog()}
+}
 
 // built is one image as pushed and pulled back.
 type built struct {

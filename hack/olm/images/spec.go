@@ -3,8 +3,8 @@
 // (internal/imagebuild, go-containerregistry). Each image is a Spec: the files it holds
 // and where they come from (the repository, a Go binary compiled for the image's
 // platform, opm's serve cache), and its config. The Dockerfiles describe the same images
-// for users with a container runtime; ParseDockerfile reads one back into a Spec, and a
-// test fails when the two disagree.
+// for users with a container runtime; test/dockerfiles builds each with a real builder
+// (buildah) and fails when its image and the daemonless build's differ.
 package images
 
 import (
