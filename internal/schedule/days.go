@@ -204,14 +204,7 @@ type annual struct {
 
 // annualFor returns the annual element of zone loc, adding one if there is none yet.
 func annualFor(byZone *[]*annual, loc *time.Location) *annual {
-	for _, a := range *byZone {
-		if a.loc.String() == loc.String() {
-			return a
-		}
-	}
-	a := &annual{loc: loc}
-	*byZone = append(*byZone, a)
-	return a
+	return forZone(byZone, loc, func(a *annual) *time.Location { return a.loc }, func() *annual { return &annual{loc: loc} })
 }
 
 func (a *annual) add(r dayRule) {

@@ -354,14 +354,21 @@ func (s *Schedule) NextWithin(t time.Time, b *Budget) time.Time {
 
 // weeklyFor returns the weekly element of zone loc, adding one if there is none yet.
 func weeklyFor(byZone *[]*weekly, loc *time.Location) *weekly {
-	for _, w := range *byZone {
-		if w.loc.String() == loc.String() {
-			return w
+	return forZone(byZone, loc, func(w *weekly) *time.Location { return w.loc }, func() *weekly { return &weekly{loc: loc} })
+}
+
+// forZone returns the element of zone loc in byZone (zoneOf tells an element's zone),
+// adding a new one if there is none yet: a schedule evaluates one element of a kind per
+// zone.
+func forZone[E any](byZone *[]E, loc *time.Location, zoneOf func(E) *time.Location, newElement func() E) E {
+	for _, e := range *byZone {
+		if zoneOf(e).String() == loc.String() {
+			return e
 		}
 	}
-	w := &weekly{loc: loc}
-	*byZone = append(*byZone, w)
-	return w
+	e := newElement()
+	*byZone = append(*byZone, e)
+	return e
 }
 
 // parseError lists every problem Parse found, one per bad element, naming it and the
