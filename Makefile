@@ -214,7 +214,13 @@ test: tools-for-test verify docker-build ## Run verify, then the unit, envtest, 
 # go test starts packages in the order they are named: the longest suites first, so
 # that the short ones fill the slots beside them instead of the long ones starting last
 # and running alone at the end (docs/development.md, "Where CI's time goes").
-GO_TEST_FIRST ?= ./test/e2e/storagebucket ./test/e2e/realnode ./test/e2e/scaling ./test/dockerfiles ./internal/sharding
+GO_TEST_FIRST ?= ./test/e2e/storagebucket ./test/e2e/realnode ./test/e2e/scaling ./internal/sharding
+# Packages make test leaves to a target of their own: test/dockerfiles (make test-images)
+# builds images with buildah, CPU that make test's suites have no room for and the OLM
+# suites, which mostly wait, leave free (CI runs the three side by side).
+GO_TEST_OWN_TARGET := github.com/phalanks/phalanks-operator/test/dockerfiles
+# Expanded only where a recipe uses it.
+GO_TEST_PACKAGES = $(filter-out $(GO_TEST_OWN_TARGET),$(shell go list ./...))
 
 # The real-node suites (test/e2e/realnode, test/harness/cluster/realnode) need root; the
 # first runs the operator image docker-build writes into IMAGE_LAYOUT. After the
@@ -225,7 +231,7 @@ test-suites:
 	@# The real-node suite installs the Prometheus Operator from its module's bundle.yaml,
 	@# inside a sandbox without network.
 	go -C hack/tools/prometheus-operator mod download github.com/prometheus-operator/prometheus-operator
-	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) -p $(GO_TEST_PARALLEL) $(GO_TEST_FIRST) ./...
+	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) -p $(GO_TEST_PARALLEL) $(GO_TEST_FIRST) $(GO_TEST_PACKAGES)
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) test-suites-oldest test-suites-olm
 
 .PHONY: test-suites-oldest test-suites-olm
@@ -253,6 +259,14 @@ test-k8s-versions: tools-for-test-k8s-versions ## Run every envtest and local-cl
 .PHONY: test-e2e
 test-e2e: tools-for-test-e2e manager ## Run the demo once: every sample must reach its expected state.
 	DEMO_ONESHOT=1 go run ./hack/demo
+
+# The Dockerfiles users build (Dockerfile, bundle.Dockerfile, catalog.Dockerfile, the
+# scorecard tests'), built with a real builder, Debian's buildah, for linux/amd64 and
+# linux/arm64, checked against what users get and compared file by file with the
+# daemonless build's images (as root; docs/olm.md, "The Dockerfiles").
+.PHONY: test-images
+test-images: tools-for-test-images ## Build the Dockerfiles with buildah (amd64 and arm64) and check the images against the daemonless build's (needs root).
+	go test $(GO_TEST_FLAGS) $(GO_TEST_OWN_TARGET)
 
 # The OLM end-to-end test needs root: it runs the local cluster with a real node and OLM
 # (olm, catalog and package-server out of cluster) in a sandbox of private namespaces;
@@ -527,6 +541,8 @@ TOOLS_test-k8s-versions := gen kube kubectl kwok minio node containerd cni $(fil
 TOOLS_test-e2e := $(TOOLS_demo)
 # The chaos spec runs an API server and MinIO; its package also holds local-cluster specs.
 TOOLS_chaos := gen kube kwok minio node containerd cni
+# The daemonless build the images are compared with runs hack/olm's command (gen).
+TOOLS_test-images := gen
 TOOLS_test-olm := gen sdk kube kubectl kwok minio olm node containerd cni
 TOOLS_test-olmv1 := $(TOOLS_test-olm) olmv1
 # make deploy (gen, kubectl), make bundle of both releases (sdk), the real node, MinIO.
@@ -586,9 +602,11 @@ NODE_PACKAGES := runc=runc iptables=iptables ip=iproute2 busybox=busybox-static
 
 # tinyproxy is the egress proxy of the StorageBucket e2e suite (test/harness/tinyproxy),
 # which both targets run; make test's hack/olm suites also run the OperatorHub checks
-# (yamllint), beside make operatorhub, so the suites cannot count on it to install it;
-# test/dockerfiles builds the Dockerfiles with buildah.
-DEBIAN_test := tinyproxy=tinyproxy yamllint=yamllint buildah=buildah
+# (yamllint), beside make operatorhub, so the suites cannot count on it to install it.
+DEBIAN_test := tinyproxy=tinyproxy yamllint=yamllint
+# test/dockerfiles builds the Dockerfiles with buildah, and the base image it makes for
+# RUN has a static busybox for its shell.
+DEBIAN_test-images := buildah=buildah busybox=busybox-static
 DEBIAN_test-k8s-versions := tinyproxy=tinyproxy
 
 .PHONY: tools
