@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -41,6 +42,7 @@ import (
 	"github.com/phalanks/phalanks-operator/internal/certrotation"
 	"github.com/phalanks/phalanks-operator/internal/clockoffset"
 	"github.com/phalanks/phalanks-operator/internal/grandfather"
+	"github.com/phalanks/phalanks-operator/internal/memlimit"
 	"github.com/phalanks/phalanks-operator/internal/sharding"
 	"github.com/phalanks/phalanks-operator/internal/storagemigration"
 	"github.com/phalanks/phalanks-operator/internal/webhooks"
@@ -86,6 +88,9 @@ type config struct {
 	kubeAPIQPS   float64
 	kubeAPIBurst int
 	kubeconfig   string
+	// memoryLimitRatio is the share of the container's memory limit given to Go's
+	// garbage collector as its soft limit (internal/memlimit).
+	memoryLimitRatio float64
 	// unknownEnv are PHALANKS_ variables that name no flag, ignored.
 	unknownEnv []string
 
@@ -146,6 +151,10 @@ func newFlagSet(c *config) *flag.FlagSet {
 		"Client-side limit of requests per second to the API server; 0 leaves it off and relies on API Priority and Fairness.")
 	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 0,
 		"Burst above --kube-api-qps; 0 means client-go's default (10).")
+	fs.Float64Var(&c.memoryLimitRatio, "memory-limit-ratio", 0.9,
+		"Share of the container's memory limit (its cgroup's) given to Go's garbage collector as a soft limit, so that "+
+			"it collects harder near the limit instead of the kernel killing the process; 0 turns this off. "+
+			"GOMEMLIMIT, when set, wins.")
 	c.foo.BindFlags(fs)
 	c.storageBucket.BindFlags(fs)
 	ctrlconfig.RegisterFlags(fs)
@@ -180,6 +189,9 @@ func parseFlags(args []string) (config, error) {
 	if err := c.certRotation.Validate(); err != nil {
 		return c, err
 	}
+	if c.memoryLimitRatio < 0 || c.memoryLimitRatio > 1 || math.IsNaN(c.memoryLimitRatio) {
+		return c, fmt.Errorf("--memory-limit-ratio: %v is not between 0 and 1", c.memoryLimitRatio)
+	}
 	if c.certRotation.Enabled && c.metricsCertDir != "" {
 		return c, errors.New("--metrics-cert-dir and --webhook-cert-rotation: with the rotation on, the metrics endpoint serves the rotated certificate")
 	}
@@ -196,6 +208,9 @@ func newScheme() *runtime.Scheme {
 	utilruntime.Must(phalanksv1beta1.AddToScheme(s))
 	return s
 }
+
+// cgroupRoot is where a container sees its own cgroup (its memory limit).
+const cgroupRoot = "/sys/fs/cgroup"
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -219,6 +234,14 @@ func run(args []string) error {
 	log := ctrl.Log.WithName("setup")
 	if len(cfg.unknownEnv) > 0 {
 		log.Info("WARNING: ignoring environment variables that name no flag", "variables", cfg.unknownEnv)
+	}
+	mem, err := memlimit.Set(cgroupRoot, cfg.memoryLimitRatio, os.Getenv("GOMEMLIMIT"))
+	if err != nil {
+		// A limit that cannot be read leaves Go's default: the process runs as it would
+		// without this, and says why.
+		log.Error(err, "cannot read the container's memory limit; the garbage collector has no soft limit")
+	} else {
+		log.Info("memory limit", "containerBytes", mem.Container, "garbageCollectorSoftLimitBytes", mem.Soft, "because", mem.Why)
 	}
 	if err := leaseNamespace(&cfg, log); err != nil {
 		return err

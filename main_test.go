@@ -113,3 +113,31 @@ func TestInAPodTheLeasesGoToPODNAMESPACE(t *testing.T) {
 		})
 	}
 }
+
+// A memory-limit ratio outside [0, 1] stops the manager at start, naming the flag; the
+// variable that mirrors it is read the same way.
+func TestTheMemoryLimitRatioIsValidated(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--memory-limit-ratio=0"}, ""},
+		{[]string{"--memory-limit-ratio=1"}, ""},
+		{[]string{"--memory-limit-ratio=1.1"}, "--memory-limit-ratio: 1.1 is not between 0 and 1"},
+		{[]string{"--memory-limit-ratio=-0.5"}, "--memory-limit-ratio: -0.5 is not between 0 and 1"},
+		{[]string{"--memory-limit-ratio=NaN"}, "--memory-limit-ratio: NaN is not between 0 and 1"},
+	} {
+		_, err := parseFlags(tc.args)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("parseFlags(%v): %v", tc.args, err)
+		case tc.want != "" && (err == nil || err.Error() != tc.want):
+			t.Errorf("parseFlags(%v) = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	t.Setenv("PHALANKS_MEMORY_LIMIT_RATIO", "2")
+	if _, err := parseFlags(nil); err == nil || !strings.Contains(err.Error(), "--memory-limit-ratio") {
+		t.Errorf("PHALANKS_MEMORY_LIMIT_RATIO=2: %v, want an error naming --memory-limit-ratio", err)
+	}
+}

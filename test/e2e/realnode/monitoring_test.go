@@ -25,6 +25,7 @@ import (
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
+	"github.com/phalanks/phalanks-operator/internal/memlimit"
 	"github.com/phalanks/phalanks-operator/test/harness/certs"
 	"github.com/phalanks/phalanks-operator/test/harness/deploy"
 	"github.com/phalanks/phalanks-operator/test/harness/monitoring"
@@ -225,6 +226,30 @@ func monitoringSpecs() bool {
 					g.Expect(s.Metric).To(HaveKeyWithValue("job", "phalanks-controller-manager-metrics-service"))
 				}
 				g.Expect(got).To(ConsistOf(want))
+			}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+		})
+
+		It("gives each replica's garbage collector a soft limit of 0.9 of its container's memory limit", func() {
+			dep := &appsv1.Deployment{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorDeployment}, dep)).To(Succeed())
+			var limit int64
+			for _, c := range dep.Spec.Template.Spec.Containers {
+				if c.Name == "manager" {
+					limit = c.Resources.Limits.Memory().Value()
+				}
+			}
+			Expect(limit).To(BeNumerically(">", 0), "the manager container has no memory limit")
+			// Read from the kubelet's cgroup through the runtime's metrics, not from the
+			// Deployment: a process that ignored its cgroup would report no limit.
+			want := fmt.Sprint(memlimit.Soft(limit, 0.9))
+			Eventually(func(g Gomega) {
+				alive()
+				result, err := promAPI.Query(ctx, `go_gc_gomemlimit_bytes{job="phalanks-controller-manager-metrics-service"}`)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(result).To(HaveLen(int(*dep.Spec.Replicas)))
+				for _, s := range result {
+					g.Expect(s.Value[1]).To(Equal(want), "%s", s.Metric["pod"])
+				}
 			}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 		})
 
