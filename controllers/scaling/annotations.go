@@ -37,6 +37,10 @@ const (
 	// AnnotationGracePeriod is how long a new workload runs before its first scale-down:
 	// a duration such as 30m, or whole seconds. It replaces --scaling-grace-period.
 	AnnotationGracePeriod = annotationPrefix + "grace-period"
+	// AnnotationWakeLead is how long before its uptime begins a workload is restored, so
+	// that it is running when the uptime starts: a duration such as 15m, or whole
+	// seconds. It replaces --scaling-wake-lead.
+	AnnotationWakeLead = annotationPrefix + "wake-lead"
 	// AnnotationDryRun "true" records what would be done for the workload and writes
 	// nothing (as --scaling-dry-run does for all of them).
 	AnnotationDryRun = annotationPrefix + "dry-run"
@@ -68,9 +72,10 @@ var (
 	exclusionGroup = []string{AnnotationExclude, AnnotationExcludeUntil}
 	forceGroup     = []string{AnnotationForceUptime, AnnotationForceDowntime}
 	graceGroup     = []string{AnnotationGracePeriod}
+	wakeLeadGroup  = []string{AnnotationWakeLead}
 	dryRunGroup    = []string{AnnotationDryRun}
 	// userKeys are every key a user sets.
-	userKeys = concat(scheduleGroup, exclusionGroup, forceGroup, graceGroup, dryRunGroup)
+	userKeys = concat(scheduleGroup, exclusionGroup, forceGroup, graceGroup, wakeLeadGroup, dryRunGroup)
 )
 
 func concat(groups ...[]string) []string {
@@ -149,6 +154,7 @@ type config struct {
 	downtimeReplicas   int32
 	uptimeReplicas     *int32
 	grace              *time.Duration
+	wakeLead           *time.Duration
 	dryRun             bool
 	// from names where the schedule came from, for messages.
 	from string
@@ -391,6 +397,13 @@ func resolve(layers []layer, d schedule.Defaults, ownScheduleOnly bool, now time
 		}
 		c.grace = &g
 	}
+	if l, ok := pick(layers, wakeLeadGroup); ok {
+		lead, err := WakeLead(l.annotations[AnnotationWakeLead])
+		if err != nil {
+			r.fail(l, AnnotationWakeLead, err.Error())
+		}
+		c.wakeLead = &lead
+	}
 	if l, ok := pick(layers, dryRunGroup); ok {
 		switch v := l.annotations[AnnotationDryRun]; strings.ToLower(strings.TrimSpace(v)) {
 		case "true":
@@ -431,6 +444,23 @@ func gracePeriod(v string) (time.Duration, error) {
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 {
 		return 0, fmt.Errorf("%q is not a duration such as 30m or 1h30m, or whole seconds", v)
+	}
+	return d, nil
+}
+
+// MaxWakeLead bounds the wake lead: a workload that needs longer to start is woken by
+// an uptime that begins earlier.
+const MaxWakeLead = 12 * time.Hour
+
+// WakeLead parses a wake lead: a duration such as 15m or whole seconds, at most
+// MaxWakeLead.
+func WakeLead(v string) (time.Duration, error) {
+	d, err := gracePeriod(v)
+	if err != nil {
+		return 0, err
+	}
+	if d > MaxWakeLead {
+		return 0, fmt.Errorf("%q is longer than %s", strings.TrimSpace(v), "12h")
 	}
 	return d, nil
 }

@@ -59,6 +59,8 @@ type Options struct {
 	Weekdays string
 	// GracePeriod protects new workloads from a scale-down right after creation.
 	GracePeriod time.Duration
+	// WakeLead restores a workload this long before its uptime begins.
+	WakeLead time.Duration
 	// DryRun logs decisions and records events but writes nothing.
 	DryRun bool
 	// DefaultUptime, DefaultDowntime and DefaultDowntimeReplicas are the schedule of
@@ -120,6 +122,9 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"Week frame for schedule elements that name no weekdays (e.g. Mon-Fri); empty requires every element to name them.")
 	fs.DurationVar(&o.GracePeriod, "scaling-grace-period", 15*time.Minute,
 		"How long a new workload runs before scheduled scaling may scale it down (the phalanks.io/grace-period annotation overrides it).")
+	fs.DurationVar(&o.WakeLead, "scaling-wake-lead", 0,
+		"How long before its uptime begins a workload is restored, so that it runs when the uptime starts (at most 12h; "+
+			"the phalanks.io/wake-lead annotation overrides it).")
 	fs.BoolVar(&o.DryRun, "scaling-dry-run", false,
 		"Log scheduled-scaling decisions and record them as events, but change nothing.")
 	fs.StringVar(&o.DefaultUptime, "default-uptime", "",
@@ -197,6 +202,7 @@ type policy struct {
 	// defaultKinds are the resources Namespace annotations and defaults schedule.
 	defaultKinds    map[string]bool
 	grace           time.Duration
+	wakeLead        time.Duration
 	dryRun          bool
 	excludePatterns []string
 	excludeSelector labels.Selector
@@ -213,9 +219,13 @@ func (o *Options) newPolicy() (*policy, error) {
 	p := &policy{
 		scheduleDefaults: schedule.Defaults{TimeZone: o.TimeZone, Weekdays: o.Weekdays},
 		grace:            o.GracePeriod,
+		wakeLead:         o.WakeLead,
 		dryRun:           o.DryRun,
 		defaultKinds:     map[string]bool{},
 		excludeSelector:  labels.Nothing(),
+	}
+	if o.WakeLead < 0 || o.WakeLead > MaxWakeLead {
+		return nil, fmt.Errorf("--scaling-wake-lead: %s is not between 0 and 12h", o.WakeLead)
 	}
 	if o.TimeZone != "" {
 		if _, err := schedule.Parse("Mon 00:00-24:00", p.scheduleDefaults); err != nil {

@@ -161,7 +161,7 @@ func (g *gatherer) gather(ctx context.Context, k *kind, obj client.Object) (inpu
 	if !scoped {
 		// Of the Namespace's annotations, only those that scale nothing down reach
 		// the kinds the defaults do not schedule.
-		nsAnnotations = pickKeys(ns.Annotations, exclusionGroup, dryRunGroup, graceGroup)
+		nsAnnotations = pickKeys(ns.Annotations, exclusionGroup, dryRunGroup, graceGroup, wakeLeadGroup)
 	}
 	layers = append(layers, layer{source: "namespace " + obj.GetNamespace(), annotations: nsAnnotations})
 	if scoped && p.defaults != nil && !excluded {
@@ -182,6 +182,7 @@ func (g *gatherer) gather(ctx context.Context, k *kind, obj client.Object) (inpu
 		namespaceExcluded: excluded,
 		defaults:          g.scheduleDefaults(ctx, ns),
 		grace:             p.grace,
+		wakeLead:          p.wakeLead,
 		dryRun:            p.dryRun,
 	}
 	var err error

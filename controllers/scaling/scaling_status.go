@@ -140,6 +140,7 @@ type inputs struct {
 	delegate string
 	defaults schedule.Defaults
 	grace    time.Duration
+	wakeLead time.Duration
 	dryRun   bool
 	// levelField names the field that holds the level (spec.replicas), and levelWriter
 	// is the field manager that last wrote it, when a manual change was looked up.
@@ -337,12 +338,28 @@ func decideConfigured(in inputs, cfg config, saved int32, hasSaved bool) decisio
 		return d
 	}
 	next := cfg.nextTransition(in.now)
-	if !cfg.inDowntime(in.now) {
+	lead := in.wakeLead
+	if cfg.wakeLead != nil {
+		lead = *cfg.wakeLead
+	}
+	down, why := cfg.inDowntime(in.now), ""
+	// next is the uptime's start unless the search for it ran out of budget first.
+	if down && lead > 0 && !next.IsZero() && !cfg.inDowntime(next) {
+		if next.Sub(in.now) <= lead {
+			// The uptime begins within the wake lead: the workload is restored now, so
+			// that it runs when the uptime starts; it stays up through that uptime.
+			down, why = false, fmt.Sprintf("wake lead %s before the uptime at %s; ", lead, stamp(next))
+			next = cfg.nextTransition(next)
+		} else {
+			next = next.Add(-lead)
+		}
+	}
+	if !down {
 		d := decision{state: stateUp, requeueAt: next, next: next}
 		if hasSaved && cfg.uptimeReplicas != nil && !in.kind.onOff {
 			saved = *cfg.uptimeReplicas
 		}
-		restore(&d, in.kind, w, saved, hasSaved, restoreHPA, next, "uptime"+until(next))
+		restore(&d, in.kind, w, saved, hasSaved, restoreHPA, next, why+"uptime"+until(next))
 		return d
 	}
 	grace := in.grace

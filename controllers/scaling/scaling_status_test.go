@@ -1,6 +1,7 @@
 package scaling
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -270,6 +271,56 @@ func TestDecide(t *testing.T) {
 				reasons: []string{ReasonScaleDown}, requeueAt: nextMorning},
 		},
 		{
+			name: "within the wake lead of the uptime the saved count is restored, and the next transition is the evening",
+			now:  mustTime("2024-06-06T07:45:00Z"), replicas: 0,
+			wl: map[string]string{AnnotationUptime: work, AnnotationWakeLead: "20m", AnnotationOriginalReplicas: "3"},
+			want: want{state: stateUp, write: &workloadWrite{level: 3, next: mustTime("2024-06-06T18:00:00Z")},
+				reasons: []string{ReasonScaleUp}, note: "wake lead 20m0s before the uptime at 2024-06-06T08:00:00Z", requeueAt: mustTime("2024-06-06T18:00:00Z")},
+		},
+		{
+			name: "at exactly the wake lead before the uptime the workload is restored",
+			now:  mustTime("2024-06-06T07:40:00Z"), replicas: 0,
+			wl: map[string]string{AnnotationUptime: work, AnnotationWakeLead: "1200", AnnotationOriginalReplicas: "3"},
+			want: want{state: stateUp, write: &workloadWrite{level: 3, next: mustTime("2024-06-06T18:00:00Z")},
+				reasons: []string{ReasonScaleUp}, requeueAt: mustTime("2024-06-06T18:00:00Z")},
+		},
+		{
+			name: "before the wake lead the workload stays down, woken at the lead before the uptime",
+			now:  mustTime("2024-06-06T07:39:59Z"), replicas: 0,
+			wl:   map[string]string{AnnotationUptime: work, AnnotationWakeLead: "20m", AnnotationOriginalReplicas: "3", AnnotationNextTransition: "2024-06-06T07:40:00Z"},
+			want: want{state: stateDown, requeueAt: mustTime("2024-06-06T07:40:00Z")},
+		},
+		{
+			name: "the wake lead does not move the scale-down: at the evening it is scaled down, until the lead before the morning",
+			now:  evening, replicas: 3, wl: map[string]string{AnnotationUptime: work, AnnotationWakeLead: "20m"},
+			want: want{state: stateDown, write: &workloadWrite{level: 0, original: ptr.To[int32](3), next: mustTime("2024-06-06T07:40:00Z")},
+				reasons: []string{ReasonScaleDown}, requeueAt: mustTime("2024-06-06T07:40:00Z")},
+		},
+		{
+			name: "a downtime shorter than the wake lead is never applied",
+			now:  mustTime("2024-06-05T12:00:00Z"), replicas: 3,
+			wl:   map[string]string{AnnotationUptime: work, AnnotationDowntime: "2024-06-05T12:00:00Z-2024-06-05T12:30:00Z", AnnotationWakeLead: "1h"},
+			want: want{state: stateUp, requeueAt: evening},
+		},
+		{
+			name: "the Namespace's wake lead applies to the workload's own schedule",
+			now:  mustTime("2024-06-06T07:45:00Z"), replicas: 0,
+			wl: map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3"},
+			ns: map[string]string{AnnotationWakeLead: "30m"},
+			want: want{state: stateUp, write: &workloadWrite{level: 3, next: mustTime("2024-06-06T18:00:00Z")},
+				reasons: []string{ReasonScaleUp}, requeueAt: mustTime("2024-06-06T18:00:00Z")},
+		},
+		{
+			name: "a wake lead longer than 12h is refused, and nothing is scaled on it",
+			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: work, AnnotationWakeLead: "13h"},
+			want: want{state: stateInvalid, reasons: []string{ReasonInvalidSchedule}, note: `phalanks.io/wake-lead: "13h" is longer than 12h`},
+		},
+		{
+			name: "a wake lead that is no duration is refused",
+			now:  night, replicas: 3, wl: map[string]string{AnnotationUptime: work, AnnotationWakeLead: "soon"},
+			want: want{state: stateInvalid, reasons: []string{ReasonInvalidSchedule}, note: "is not a duration"},
+		},
+		{
 			name: "two autoscalers on one workload are reported, not guessed between",
 			now:  night, replicas: 4, wl: map[string]string{AnnotationUptime: work, AnnotationDowntimeReplicas: "1"},
 			hpas: []hpaView{{name: "a", minReplicas: 3}, {name: "b", minReplicas: 3}},
@@ -323,6 +374,29 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// --scaling-wake-lead applies where no annotation sets a lead, and an annotation of 0
+// turns it off for its object.
+func TestTheWakeLeadFlagIsTheDefault(t *testing.T) {
+	const work = "Mon-Fri 08:00-18:00 UTC"
+	decideWith := func(annotations map[string]string) decision {
+		a := map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3"}
+		maps.Copy(a, annotations)
+		return decide(inputs{
+			now:      mustTime("2024-06-06T07:45:00Z"),
+			kind:     deployments.traits,
+			workload: workloadView{level: 0, annotations: a, created: mustTime("2024-01-01T00:00:00Z")},
+			layers:   []layer{{source: "namespace team-a"}},
+			wakeLead: 30 * time.Minute,
+		})
+	}
+	if d := decideWith(nil); d.state != stateUp || d.workload == nil || d.workload.level != 3 {
+		t.Errorf("with the flag's lead of 30m, 15 minutes before the uptime: state %q, write %+v; want restored", d.state, fmtWrite(d.workload))
+	}
+	if d := decideWith(map[string]string{AnnotationWakeLead: "0"}); d.state != stateDown || (d.workload != nil && d.workload.level != 0) {
+		t.Errorf("with wake-lead 0 on the object: state %q, write %+v; want left down", d.state, fmtWrite(d.workload))
+	}
+}
+
 func sameWorkloadWrite(a, b *workloadWrite) bool {
 	if a == nil || b == nil {
 		return a == b
@@ -357,6 +431,8 @@ func TestFlagDefaultsAreValidatedAtStart(t *testing.T) {
 		{"default downtime replicas without a default schedule", Options{DefaultDowntimeReplicas: 1}, "needs --default-uptime or --default-downtime"},
 		{"negative default downtime replicas", Options{DefaultDowntime: "always", DefaultDowntimeReplicas: -1}, "--default-downtime-replicas"},
 		{"a namespace selector that does not parse", Options{ExcludeNamespaceSelector: "env in (a"}, "--scaling-exclude-namespace-selector"},
+		{"a wake lead longer than 12h", Options{WakeLead: 13 * time.Hour}, "--scaling-wake-lead: 13h0m0s is not between 0 and 12h"},
+		{"a negative wake lead", Options{WakeLead: -time.Minute}, "--scaling-wake-lead"},
 	} {
 		if _, err := c.o.newPolicy(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one naming %s", c.name, err, c.want)
