@@ -73,6 +73,16 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, sb *phalanksv1beta1.St
 	if !controllerutil.ContainsFinalizer(sb, phalanksv1beta1.FinalizerBucketDeletion) {
 		return nil
 	}
+	// The cache may still hold a StorageBucket this replica released a moment ago (its
+	// watch behind), whose bucket name a new StorageBucket may hold by now: every pass
+	// confirms it with the API server before it reaches the bucket.
+	switch current, err := r.current(ctx, sb); {
+	case err != nil:
+		return err
+	case !current:
+		r.forget(sb.UID)
+		return nil
+	}
 	now := r.clock.Now()
 	r.sched.Schedule(refOf(sb), nextDue(sb.UID, sb.Spec.HealthCheck.IntervalDuration(), now))
 	bucket := sb.Spec.BucketName

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -95,5 +97,72 @@ var _ = Describe("A manager whose cache missed another replica's deletion of a S
 			}
 		}
 		Expect(overlaps(s3log.snapshot())).To(Succeed())
+	})
+})
+
+// The replica that deleted a bucket and released its StorageBucket may not see the
+// StorageBucket go for a while (its watch behind, a slow API server): its cache still
+// holds the StorageBucket being deleted, with the finalizer, and the deletion's next
+// pass comes due. That pass must not reach the bucket, which a new StorageBucket of the
+// same bucket name may hold by now (the chaos suite saw exactly this: HEAD and tagging
+// reads of the new StorageBucket's bucket, in a loop of failed finalizer updates).
+var _ = Describe("A manager whose cache missed its own release of a StorageBucket it deleted", func() {
+	It("does not reach the bucket again on the deletion's next pass, which a new StorageBucket of the same bucket name holds", func() {
+		ctx := context.Background()
+		p := startPlatform(nil)
+		s3log := startS3Log(p.s3)
+		const lease, renew, interval = 4 * time.Second, time.Second, 5 * time.Second
+		a := startManagerWith(managerSpec{name: "replica-a", kubeconfig: p.kubeconfig, flags: ringFlags(lease, renew), viaAPIProxy: true})
+		s3log.track(a)
+
+		x := bucketAt(p.s3, s3log.URL(), "released", phalanksv1beta1.ProbeHeadBucket, true)
+		Expect(p.c.Create(ctx, x)).To(Succeed())
+		everyReady(p.c, map[string]bool{x.Name: true}, 2*time.Minute)
+
+		By("the StorageBucket is deleted; as replica-a releases it, its StorageBucket watch ends and lists and watches are turned away")
+		listOrWatch := func(r *http.Request) bool {
+			resource, name := apiproxy.Resource(r)
+			return resource == "storagebuckets" && name == "" && r.Method == http.MethodGet
+		}
+		var frozen atomic.Bool
+		xName := x.Name // x itself is read into below, while the rule runs
+		a.apiProxy.Set(func(r *http.Request) apiproxy.Action {
+			// The object's own PATCH, not its status's: the finalizer's release.
+			if resource, name := apiproxy.Resource(r); resource == "storagebuckets" && name == xName && r.Method == http.MethodPatch &&
+				!strings.HasSuffix(r.URL.Path, "/status") && !frozen.Load() {
+				// Before the release reaches the API server: no event of it can come.
+				frozen.Store(true)
+				a.apiProxy.EndWatches(listOrWatch)
+			}
+			if frozen.Load() && listOrWatch(r) {
+				return apiproxy.TooManyRequests
+			}
+			return apiproxy.Action{}
+		})
+		Expect(p.c.Delete(ctx, x)).To(Succeed())
+		eventuallyGone(p.c, x)
+		Expect(frozen.Load()).To(BeTrue(), "replica-a released the StorageBucket without a PATCH through its proxy")
+		Expect(bucketExists(p.s3, x.Spec.BucketName)).To(BeFalse(), "replica-a did not delete the bucket")
+		y := bucketAt(p.s3, s3log.URL(), x.Name, phalanksv1beta1.ProbeHeadBucket, true)
+		Expect(p.c.Create(ctx, y)).To(Succeed())
+		since := time.Now()
+
+		By("the deletion's next pass comes due on replica-a's stale StorageBucket")
+		touched := func() []string {
+			var out []string
+			for _, e := range s3log.snapshot() {
+				if e.manager == a.proc.Name && e.bucket == x.Spec.BucketName && e.Start.After(since) {
+					out = append(out, fmt.Sprintf("%s %s?%s at %s", e.Method, e.Path, e.Query, e.Start.Format("15:04:05.000")))
+				}
+			}
+			return out
+		}
+		Consistently(touched).WithTimeout(2*interval+2*time.Second).WithPolling(250*time.Millisecond).Should(BeEmpty(),
+			"replica-a reached the bucket for StorageBucket %s, which it had deleted and released, while %s has its name", x.UID, y.UID)
+
+		By("replica-a lists again: the new StorageBucket gets its bucket and is Ready")
+		a.apiProxy.Set(nil)
+		everyReady(p.c, map[string]bool{y.Name: true}, 2*time.Minute)
+		Expect(bucketExists(p.s3, y.Spec.BucketName)).To(BeTrue())
 	})
 })
