@@ -44,6 +44,8 @@ type scaler struct {
 	writers *writers
 	// gather reads the inputs of decisions from the cache.
 	gather *gatherer
+	// pacer spreads restores at --scaling-restore-rate.
+	pacer *pacer
 
 	mu sync.Mutex
 	// controllers are the kinds set up, by group and kind.
@@ -78,6 +80,7 @@ func newScaler(mgr manager.Manager, o Options, p *policy) (*scaler, error) {
 		recorder:    mgr.GetEventRecorder(FieldManager),
 		controllers: map[schema.GroupKind]*kindController{},
 		pending:     map[string]string{},
+		pacer:       newPacer(o.RestoreRate),
 	}
 	s.gather = s.gatherer()
 	return s, nil

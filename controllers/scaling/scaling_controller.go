@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path"
 	"slices"
@@ -61,6 +62,9 @@ type Options struct {
 	GracePeriod time.Duration
 	// WakeLead restores a workload this long before its uptime begins.
 	WakeLead time.Duration
+	// RestoreRate is how many restores per second the operator writes at most, cluster
+	// wide; 0 writes every restore as it falls due.
+	RestoreRate float64
 	// DryRun logs decisions and records events but writes nothing.
 	DryRun bool
 	// DefaultUptime, DefaultDowntime and DefaultDowntimeReplicas are the schedule of
@@ -125,6 +129,9 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.WakeLead, "scaling-wake-lead", 0,
 		"How long before its uptime begins a workload is restored, so that it runs when the uptime starts (at most 12h; "+
 			"the phalanks.io/wake-lead annotation overrides it).")
+	fs.Float64Var(&o.RestoreRate, "scaling-restore-rate", 0,
+		"Restores per second scheduled scaling writes at most, cluster wide, in the order they fall due (e.g. 0.5: one every "+
+			"2 s); 0 writes each as it falls due.")
 	fs.BoolVar(&o.DryRun, "scaling-dry-run", false,
 		"Log scheduled-scaling decisions and record them as events, but change nothing.")
 	fs.StringVar(&o.DefaultUptime, "default-uptime", "",
@@ -223,6 +230,9 @@ func (o *Options) newPolicy() (*policy, error) {
 		dryRun:           o.DryRun,
 		defaultKinds:     map[string]bool{},
 		excludeSelector:  labels.Nothing(),
+	}
+	if o.RestoreRate < 0 || o.RestoreRate > 1000 || math.IsNaN(o.RestoreRate) {
+		return nil, fmt.Errorf("--scaling-restore-rate: %v is not between 0 and 1000", o.RestoreRate)
 	}
 	if o.WakeLead < 0 || o.WakeLead > MaxWakeLead {
 		return nil, fmt.Errorf("--scaling-wake-lead: %s is not between 0 and 12h", o.WakeLead)

@@ -56,11 +56,22 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 
+	restoring := slices.Contains(d.actions, actionScaleUp) || slices.Contains(d.actions, actionHPARestore)
 	if d.dryRun {
 		if d.workload != nil || d.hpa != nil {
 			log.Info("dry run: not writing", "write", d.workload != nil, "autoscalerWrite", d.hpa != nil)
 		}
 	} else {
+		if !restoring {
+			r.s.pacer.release(obj.GetUID())
+		} else if slot := r.s.pacer.admit(obj.GetUID(), in.now); !slot.IsZero() {
+			// Its turn under --scaling-restore-rate comes later: nothing is written or
+			// reported until then.
+			r.wake.at(req, slot)
+			log.V(1).Info("restore waits for its turn", "at", stamp(slot))
+			return ctrl.Result{}, nil
+		}
+		scheduled, scheduledErr := time.Parse(time.RFC3339, obj.GetAnnotations()[AnnotationNextTransition])
 		if d.workload != nil {
 			if err := k.write(ctx, r.s.mgr.GetClient(), obj, d.workload); err != nil {
 				return ctrl.Result{}, err
@@ -68,6 +79,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		if err := r.writeAutoscaler(ctx, obj, d.hpa); err != nil {
 			return ctrl.Result{}, err
+		}
+		if restoring && scheduledErr == nil && !in.now.Before(scheduled) {
+			restoreLag.WithLabelValues(k.name).Observe(in.now.Sub(scheduled).Seconds())
 		}
 	}
 	countActions(k.name, d.actions, d.dryRun)

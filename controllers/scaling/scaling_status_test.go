@@ -2,6 +2,7 @@ package scaling
 
 import (
 	"maps"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -433,6 +434,8 @@ func TestFlagDefaultsAreValidatedAtStart(t *testing.T) {
 		{"a namespace selector that does not parse", Options{ExcludeNamespaceSelector: "env in (a"}, "--scaling-exclude-namespace-selector"},
 		{"a wake lead longer than 12h", Options{WakeLead: 13 * time.Hour}, "--scaling-wake-lead: 13h0m0s is not between 0 and 12h"},
 		{"a negative wake lead", Options{WakeLead: -time.Minute}, "--scaling-wake-lead"},
+		{"a negative restore rate", Options{RestoreRate: -1}, "--scaling-restore-rate: -1 is not between 0 and 1000"},
+		{"a restore rate of NaN", Options{RestoreRate: math.NaN()}, "--scaling-restore-rate"},
 	} {
 		if _, err := c.o.newPolicy(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one naming %s", c.name, err, c.want)
