@@ -123,6 +123,9 @@ func controllerName(k *kind) string {
 // setupKind registers the controller of one kind and links it with the ScaledObject
 // controller if both scale the same workloads.
 func (s *scaler) setupKind(k *kind) error {
+	// Exported from the start, so that a dashboard's query names a series before the
+	// first restore.
+	restoreLag.WithLabelValues(k.name)
 	r := &reconciler{kind: k, s: s, wake: newWakeups(s.opts.Clock)}
 	b := ctrl.NewControllerManagedBy(s.mgr).
 		Named(controllerName(k)).
