@@ -266,6 +266,12 @@ test-e2e: tools-for-test-e2e manager ## Run the demo once: every sample must rea
 # daemonless build's images (as root; docs/olm.md, "The Dockerfiles").
 .PHONY: test-images
 test-images: tools-for-test-images ## Build the Dockerfiles with buildah (amd64 and arm64) and check the images against the daemonless build's (needs root).
+	@# The builder stages' go mod download reads the machine's module cache (no network
+	@# in the build): every module of the modules the Dockerfiles build, fetched here.
+	go mod download
+	go -C hack/olm mod download
+	go -C hack/tools/opm mod download
+	go -C hack/tools/healthprobe mod download
 	go test $(GO_TEST_FLAGS) $(GO_TEST_OWN_TARGET)
 
 # The OLM end-to-end test needs root: it runs the local cluster with a real node and OLM
