@@ -16,6 +16,25 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/apiproxy"
 )
 
+// storageBucketListOrWatch selects a replica's lists and watches of StorageBuckets.
+func storageBucketListOrWatch(r *http.Request) bool {
+	resource, name := apiproxy.Resource(r)
+	return resource == "storagebuckets" && name == "" && r.Method == http.MethodGet
+}
+
+// requestsOn returns what m has sent to bucket since, for Consistently.
+func requestsOn(log *s3Log, m *manager, bucket string, since time.Time) func() []string {
+	return func() []string {
+		var out []string
+		for _, e := range log.snapshot() {
+			if e.manager == m.proc.Name && e.bucket == bucket && e.Start.After(since) {
+				out = append(out, fmt.Sprintf("%s %s?%s at %s", e.Method, e.Path, e.Query, e.Start.Format("15:04:05.000")))
+			}
+		}
+		return out
+	}
+}
+
 // A replica's cache can miss a StorageBucket's deletion (the process was paused, its
 // watch was away) while another replica, which owned the slot, deleted the bucket;
 // churn then creates a new StorageBucket of the same bucket name. When the slot comes
@@ -51,17 +70,13 @@ var _ = Describe("A manager whose cache missed another replica's deletion of a S
 		}
 
 		By("replica-a's StorageBucket lists and watches are turned away: its cache stops where it is")
-		listOrWatch := func(r *http.Request) bool {
-			resource, name := apiproxy.Resource(r)
-			return resource == "storagebuckets" && name == "" && r.Method == http.MethodGet
-		}
 		a.apiProxy.Set(func(r *http.Request) apiproxy.Action {
-			if listOrWatch(r) {
+			if storageBucketListOrWatch(r) {
 				return apiproxy.TooManyRequests
 			}
 			return apiproxy.Action{}
 		})
-		Expect(a.apiProxy.EndWatches(listOrWatch)).To(BeNumerically(">", 0))
+		Expect(a.apiProxy.EndWatches(storageBucketListOrWatch)).To(BeNumerically(">", 0))
 
 		By("replica-b deletes the StorageBucket's bucket; a new StorageBucket of the same bucket name follows")
 		Expect(p.c.Delete(ctx, x)).To(Succeed())
@@ -76,15 +91,7 @@ var _ = Describe("A manager whose cache missed another replica's deletion of a S
 		Eventually(func() float64 { return a.sum("phalanks_storagebucket_shard_slots") }).
 			WithTimeout(lease + 5*renew).WithPolling(250 * time.Millisecond).Should(BeNumerically("==", sharding.Slots))
 		// The old StorageBucket comes due within an interval of the takeover.
-		touched := func() []string {
-			var out []string
-			for _, e := range s3log.snapshot() {
-				if e.manager == a.proc.Name && e.bucket == x.Spec.BucketName && e.Start.After(since) {
-					out = append(out, fmt.Sprintf("%s %s?%s at %s", e.Method, e.Path, e.Query, e.Start.Format("15:04:05.000")))
-				}
-			}
-			return out
-		}
+		touched := requestsOn(s3log, a, x.Spec.BucketName, since)
 		Consistently(touched).WithTimeout(2*interval+2*time.Second).WithPolling(250*time.Millisecond).Should(BeEmpty(),
 			"replica-a probed the bucket of StorageBucket %s, deleted by replica-b, whose bucket name %s has taken", x.UID, y.UID)
 
@@ -120,10 +127,6 @@ var _ = Describe("A manager whose cache missed its own release of a StorageBucke
 		everyReady(p.c, map[string]bool{x.Name: true}, 2*time.Minute)
 
 		By("the StorageBucket is deleted; as replica-a releases it, its StorageBucket watch ends and lists and watches are turned away")
-		listOrWatch := func(r *http.Request) bool {
-			resource, name := apiproxy.Resource(r)
-			return resource == "storagebuckets" && name == "" && r.Method == http.MethodGet
-		}
 		var frozen atomic.Bool
 		xName := x.Name // x itself is read into below, while the rule runs
 		a.apiProxy.Set(func(r *http.Request) apiproxy.Action {
@@ -132,9 +135,9 @@ var _ = Describe("A manager whose cache missed its own release of a StorageBucke
 				!strings.HasSuffix(r.URL.Path, "/status") && !frozen.Load() {
 				// Before the release reaches the API server: no event of it can come.
 				frozen.Store(true)
-				a.apiProxy.EndWatches(listOrWatch)
+				a.apiProxy.EndWatches(storageBucketListOrWatch)
 			}
-			if frozen.Load() && listOrWatch(r) {
+			if frozen.Load() && storageBucketListOrWatch(r) {
 				return apiproxy.TooManyRequests
 			}
 			return apiproxy.Action{}
@@ -148,15 +151,7 @@ var _ = Describe("A manager whose cache missed its own release of a StorageBucke
 		since := time.Now()
 
 		By("the deletion's next pass comes due on replica-a's stale StorageBucket")
-		touched := func() []string {
-			var out []string
-			for _, e := range s3log.snapshot() {
-				if e.manager == a.proc.Name && e.bucket == x.Spec.BucketName && e.Start.After(since) {
-					out = append(out, fmt.Sprintf("%s %s?%s at %s", e.Method, e.Path, e.Query, e.Start.Format("15:04:05.000")))
-				}
-			}
-			return out
-		}
+		touched := requestsOn(s3log, a, x.Spec.BucketName, since)
 		Consistently(touched).WithTimeout(2*interval+2*time.Second).WithPolling(250*time.Millisecond).Should(BeEmpty(),
 			"replica-a reached the bucket for StorageBucket %s, which it had deleted and released, while %s has its name", x.UID, y.UID)
 
