@@ -13,6 +13,16 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# A suite's harness runs this script from a process that go test or go run started, and
+# those put the Go release the project's go.mod names (its toolchain line, which the go
+# command fetched into the module cache) first on PATH and in GOROOT. Undone here, so that
+# the sets build with the Go make builds them with: a set's key holds that Go, and under
+# another one a set make built, or is building in the background, would be built again.
+if [[ ${GOROOT:-} == */golang.org/toolchain@* && :$PATH: == :"$GOROOT/bin":* ]]; then
+	PATH=${PATH#"$GOROOT/bin"}
+	PATH=${PATH#:}
+	unset GOROOT
+fi
 tools=$root/hack/tools
 cache=${PHALANKS_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/phalanks-operator/tools}
 bin=$root/bin

@@ -73,8 +73,18 @@ func buildScript(t *testing.T) (run func(env ...string) (string, error), root, c
 		if len(env) > 0 && strings.HasPrefix(env[0], "--") {
 			args, env = append([]string{env[0]}, args...), env[1:]
 		}
+		// PATH_PREFIX= puts a directory before the fake go.
+		path := fakeBin + ":" + os.Getenv("PATH")
+		var rest []string
+		for _, e := range env {
+			if dir, ok := strings.CutPrefix(e, "PATH_PREFIX="); ok {
+				path = dir + ":" + path
+			} else {
+				rest = append(rest, e)
+			}
+		}
 		cmd := exec.Command(filepath.Join(root, "hack/tools/build.sh"), args...)
-		cmd.Env = append(os.Environ(), append(env, "PATH="+fakeBin+":"+os.Getenv("PATH"), "PHALANKS_TOOLS_CACHE="+cache)...)
+		cmd.Env = append(os.Environ(), append(rest, "PATH="+path, "PHALANKS_TOOLS_CACHE="+cache)...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
@@ -229,5 +239,36 @@ func TestABackgroundBuildIsWaitedForByWhatNeedsIt(t *testing.T) {
 	log, _ := os.ReadFile(filepath.Join(cache, "background.log"))
 	if !strings.Contains(string(log), "peers built in") {
 		t.Errorf("background.log lacks the build:\n%s", log)
+	}
+}
+
+// A suite's harness runs build.sh from a process that go test (or go run) started, and
+// those put the Go release the module's go.mod names (its toolchain line) first on PATH
+// and in GOROOT. The set's key holds the Go it builds with: build.sh must find the same
+// Go as make does, or a set make built, or is building in the background, is built a
+// second time under another key (seen: minio twice in a cold make demo).
+func TestASetMakeBuiltIsFoundFromInsideGoTest(t *testing.T) {
+	run, _, cache := buildScript(t)
+	if out, err := run(); err != nil || !strings.Contains(out, "peers built in") {
+		t.Fatalf("the first build (err %v):\n%s", err, out)
+	}
+	// The toolchain go switched to, as the module cache holds it.
+	goroot := filepath.Join(t.TempDir(), "pkg", "mod", "golang.org", "toolchain@v0.0.1-go1.26.11.linux-amd64")
+	if err := os.MkdirAll(filepath.Join(goroot, "bin"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	switched := strings.Replace(fakeGo, "GOVERSION) echo go1.26.0", "GOVERSION) echo go1.26.11", 1)
+	if err := os.WriteFile(filepath.Join(goroot, "bin", "go"), []byte(switched), 0o755); err != nil { //nolint:gosec // G306: an executable
+		t.Fatal(err)
+	}
+	out, err := run("GOROOT="+goroot, "PATH_PREFIX="+filepath.Join(goroot, "bin"))
+	if err != nil {
+		t.Fatalf("from inside go test: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "building") {
+		t.Errorf("from inside go test the set was built again:\n%s", out)
+	}
+	if entries, _ := filepath.Glob(filepath.Join(cache, "peers-*")); len(entries) != 1 {
+		t.Errorf("cache entries of the set: %v, want one", entries)
 	}
 }
