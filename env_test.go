@@ -94,7 +94,7 @@ func TestConfigurationReferenceListsEveryFlag(t *testing.T) {
 	var c config
 	fs := newFlagSet(&c)
 	var b strings.Builder
-	b.WriteString("| flag | environment variable | default | meaning |\n|---|---|---|---|\n")
+	b.WriteString("| flag | environment variable | ConfigMap key | default | meaning |\n|---|---|---|---|---|\n")
 	fs.VisitAll(func(f *flag.Flag) {
 		def := "`" + f.DefValue + "`"
 		if f.DefValue == "" {
@@ -103,7 +103,14 @@ func TestConfigurationReferenceListsEveryFlag(t *testing.T) {
 		usage := strings.ReplaceAll(f.Usage, "|", `\|`)
 		usage = strings.ReplaceAll(usage, "\n", " ")
 		usage = strings.NewReplacer("<", "&lt;", ">", "&gt;").Replace(usage)
-		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, envName(f.Name), def, usage)
+		key := "`" + f.Name + "`, at start"
+		switch {
+		case notFromConfigMap[f.Name]:
+			key = "none"
+		case liveFlags[f.Name]:
+			key = "`" + f.Name + "`, live"
+		}
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s | %s |\n", f.Name, envName(f.Name), key, def, usage)
 	})
 	table := b.String()
 

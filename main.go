@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	uberzap "go.uber.org/zap"
 	// The operator image has no CA certificates (an empty base): with no system roots,
 	// TLS to S3 endpoints verifies against the Mozilla roots compiled in here.
 	// SSL_CERT_FILE and SSL_CERT_DIR still take precedence.
@@ -93,6 +95,18 @@ type config struct {
 	memoryLimitRatio float64
 	// unknownEnv are PHALANKS_ variables that name no flag, ignored.
 	unknownEnv []string
+	// configMap names the configuration ConfigMap in the operator's namespace;
+	// fromConfigMap are the values its keys gave flags, by flag, and unknownConfigKeys
+	// its keys that name none, ignored.
+	configMap         string
+	fromConfigMap     map[string]string
+	unknownConfigKeys []string
+	// configHash identifies the ConfigMap's data (phalanks_config_hash).
+	configHash float64
+	// args is the command line, which a reload of the ConfigMap parses again.
+	args []string
+	// logLevel is the level of the process's logger, which a reload may change.
+	logLevel uberzap.AtomicLevel
 
 	scaling       scaling.Options
 	foo           foo.Options
@@ -155,6 +169,9 @@ func newFlagSet(c *config) *flag.FlagSet {
 		"Share of the container's memory limit (its cgroup's) given to Go's garbage collector as a soft limit, so that "+
 			"it collects harder near the limit instead of the kernel killing the process; 0 turns this off. "+
 			"GOMEMLIMIT, when set, wins.")
+	fs.StringVar(&c.configMap, "config-map", defaultConfigMap,
+		"Name of the ConfigMap in the operator's namespace whose keys, named as these flags, set what neither a flag "+
+			"nor its environment variable sets; it may be missing. Empty reads none.")
 	c.foo.BindFlags(fs)
 	c.storageBucket.BindFlags(fs)
 	ctrlconfig.RegisterFlags(fs)
@@ -163,8 +180,13 @@ func newFlagSet(c *config) *flag.FlagSet {
 	return fs
 }
 
-func parseFlags(args []string) (config, error) {
-	var c config
+// parseFlags is the configuration the command line and the environment set.
+func parseFlags(args []string) (config, error) { return parseConfig(args, nil) }
+
+// parseConfig is the configuration the command line, the environment and cm (nil: no
+// ConfigMap) set, in that order of precedence, validated.
+func parseConfig(args []string, cm *configMapData) (config, error) {
+	c := config{args: args}
 	fs := newFlagSet(&c)
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -174,6 +196,12 @@ func parseFlags(args []string) (config, error) {
 		return c, err
 	}
 	c.unknownEnv = unknown
+	if cm != nil {
+		c.configHash = configHash(cm.data)
+		if c.fromConfigMap, c.unknownConfigKeys, err = setFromConfigMap(fs, cm.data, cm.source); err != nil {
+			return c, err
+		}
+	}
 	fs.Visit(func(f *flag.Flag) { c.webhookDrainSet = c.webhookDrainSet || f.Name == "webhook-shutdown-delay" })
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -226,6 +254,14 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	restCfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	if cfg, err = withConfigMap(context.Background(), cfg, restCfg); err != nil {
+		return err
+	}
+	cfg.logLevel = liveLogLevel(&cfg.zap)
 	logger := zap.New(zap.UseFlagOptions(&cfg.zap))
 	ctrl.SetLogger(logger)
 	// client-go (leader election, the event broadcaster) logs through klog: the same
@@ -234,6 +270,12 @@ func run(args []string) error {
 	log := ctrl.Log.WithName("setup")
 	if len(cfg.unknownEnv) > 0 {
 		log.Info("WARNING: ignoring environment variables that name no flag", "variables", cfg.unknownEnv)
+	}
+	if len(cfg.unknownConfigKeys) > 0 {
+		log.Info("WARNING: ignoring keys of the configuration ConfigMap that name no flag", "keys", cfg.unknownConfigKeys)
+	}
+	if len(cfg.fromConfigMap) > 0 {
+		log.Info("settings from the configuration ConfigMap", "configMap", cfg.configMap, "flags", slices.Sorted(maps.Keys(cfg.fromConfigMap)))
 	}
 	mem, err := memlimit.Set(cgroupRoot, cfg.memoryLimitRatio, os.Getenv("GOMEMLIMIT"))
 	if err != nil {
@@ -258,10 +300,6 @@ func run(args []string) error {
 	}
 	cfg.storageBucket.Clock = clk
 
-	restCfg, err := ctrl.GetConfig()
-	if err != nil {
-		return fmt.Errorf("load kubeconfig: %w", err)
-	}
 	if cfg.kubeAPIQPS > 0 {
 		restCfg.QPS, restCfg.Burst = float32(cfg.kubeAPIQPS), cfg.kubeAPIBurst
 	}
@@ -313,6 +351,15 @@ func newManager(ctx context.Context, cfg config, restCfg *rest.Config, log logr.
 	}
 	if err := webhooks.Setup(mgr); err != nil {
 		return nil, fmt.Errorf("set up webhooks: %w", err)
+	}
+	reloader, err := newConfigReloader(mgr, cfg, restCfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("the configuration ConfigMap: %w", err)
+	}
+	if reloader != nil {
+		if err := mgr.Add(reloader); err != nil {
+			return nil, fmt.Errorf("add the configuration reloader: %w", err)
+		}
 	}
 	if err := setupMigrations(mgr, grandfathered); err != nil {
 		return nil, err

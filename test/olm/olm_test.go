@@ -110,11 +110,17 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(og), og)).To(Succeed())
 			g.Expect(og.Status.Namespaces).To(Equal([]string{metav1.NamespaceAll}), "OperatorGroup %s/%s targets every namespace", installNamespace, og.Name)
 		}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
+		// The configuration ConfigMap, created before the install as docs/configuration.md
+		// tells OLM users to: OLM neither owns nor replaces it.
+		Expect(k8s.Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: "phalanks-operator-config"},
+			Data:       configMapSettings,
+		})).To(Succeed())
 		Expect(k8s.Create(ctx, subscription())).To(Succeed())
 
 		expectInstalled(previous)
 
-		By("configuring the operator through the Subscription's spec.config.env")
+		By("configuring the operator through the Subscription's spec.config.env and the configuration ConfigMap")
 		expectConfiguredBySubscription(previous)
 
 		By("having unpacked the bundle image with a Job on the node")
@@ -236,7 +242,7 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "CSV %s/%s: phase %s (%s)", installNamespace, previous.CSVName(), old.Status.Phase, old.Status.Message)
 		}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 
-		By("rolling the operator's pod over to the new release's image, still configured by the Subscription")
+		By("rolling the operator's pod over to the new release's image, still configured by the Subscription and the ConfigMap")
 		expectConfiguredBySubscription(current)
 
 		By("reading every object as before, in every served version")
@@ -459,9 +465,14 @@ func expectPodOf(r *olm.Release) []corev1.Pod {
 // every log line shows.
 var subscriptionEnv = corev1.EnvVar{Name: "PHALANKS_ZAP_ENCODER", Value: "console"}
 
+// configMapSettings are what the configuration ConfigMap in the install namespace sets:
+// a setting read at start, which the operator's start log lists.
+var configMapSettings = map[string]string{"scaling-grace-period": "20m"}
+
 // expectConfiguredBySubscription checks that the release's operator pods run with the
 // Subscription's spec.config.env, and that the operator took the setting: its log lines
-// are zap's console lines ("<time>\tINFO\t<logger>\t…"), not JSON.
+// are zap's console lines ("<time>\tINFO\t<logger>\t…"), not JSON; and that each pod
+// read the configuration ConfigMap at its start.
 func expectConfiguredBySubscription(r *olm.Release) {
 	GinkgoHelper()
 	for _, pod := range expectPodOf(r) {
@@ -470,6 +481,8 @@ func expectConfiguredBySubscription(r *olm.Release) {
 		first, _, _ := strings.Cut(log, "\n")
 		Expect(first).To(MatchRegexp(`^\d{4}-\d\d-\d\dT\S+\t(INFO|DEBUG|ERROR)\t`), "pod %s/%s logs in zap's console encoding", pod.Namespace, pod.Name)
 		Expect(log).NotTo(ContainSubstring(`{"level":`), "pod %s/%s still logs JSON", pod.Namespace, pod.Name)
+		Expect(log).To(MatchRegexp(`settings from the configuration ConfigMap\t\{"configMap": "phalanks-operator-config", "flags": \["scaling-grace-period"\]\}`),
+			"pod %s/%s read the configuration ConfigMap at its start", pod.Namespace, pod.Name)
 	}
 }
 

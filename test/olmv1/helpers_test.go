@@ -219,6 +219,23 @@ func deploymentName(r *olm.Release) string {
 	return r.CSV.Spec.InstallStrategy.StrategySpec.DeploymentSpecs[0].Name
 }
 
+// expectConfiguredByConfigMap checks that every operator pod of the release read the
+// configuration ConfigMap at its start: its start log lists the setting.
+func expectConfiguredByConfigMap(r *olm.Release) {
+	GinkgoHelper()
+	dep := &appsv1.Deployment{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: deploymentName(r)}, dep)).To(Succeed())
+	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
+	Expect(err).NotTo(HaveOccurred())
+	pods := &corev1.PodList{}
+	Expect(k8s.List(ctx, pods, client.InNamespace(installNamespace), client.MatchingLabelsSelector{Selector: sel})).To(Succeed())
+	Expect(pods.Items).NotTo(BeEmpty())
+	for _, pod := range pods.Items {
+		Expect(podLog(pod.Namespace, pod.Name)).To(ContainSubstring(`"msg":"settings from the configuration ConfigMap","configMap":"phalanks-operator-config","flags":["scaling-grace-period"]`),
+			"pod %s/%s read the configuration ConfigMap at its start", pod.Namespace, pod.Name)
+	}
+}
+
 // expectPodsOf waits until the release's operator Deployment runs its image, and its
 // pods — as many as its replicas, of its current template — are Running and Ready.
 func expectPodsOf(r *olm.Release) {

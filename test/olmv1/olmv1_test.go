@@ -144,6 +144,11 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 	})
 
 	It("upgrades to the committed release once the documented ClusterExtension lifts the pin: preflight passes, restricted pods Ready, webhook certificate from cert-manager", func() {
+		By("configuring the operator the only way OLM v1 allows: the configuration ConfigMap in the install namespace")
+		Expect(k8s.Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: "phalanks-operator-config"},
+			Data:       map[string]string{"scaling-grace-period": "20m"},
+		})).To(Succeed())
 		By("applying the ClusterExtension of docs/install-olm.md, which has no version")
 		ce := docsObject("ClusterExtension")
 		Expect(nested(ce, "spec", "source", "catalog", "version")).To(BeEmpty())
@@ -155,6 +160,7 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 			g.Expect(meta.FindStatusCondition(conds, "BundleDeprecated")).To(HaveValue(HaveField("Status", metav1.ConditionFalse)))
 		}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 		expectPodsOf(previous)
+		expectConfiguredByConfigMap(previous)
 		expectWebhookCertificate(previous)
 	})
 
@@ -267,6 +273,7 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 		setCatalogImage(upgradeCatalogImage)
 		expectInstalled(current)
 		expectPodsOf(current)
+		expectConfiguredByConfigMap(current)
 		expectWebhookCertificate(current)
 		Eventually(func(g Gomega) { g.Expect(readSnapshot()).To(Equal(beforeUpgrade)) }).
 			WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())

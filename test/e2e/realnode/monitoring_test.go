@@ -17,6 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
@@ -250,6 +251,75 @@ func monitoringSpecs() bool {
 				for _, s := range result {
 					g.Expect(s.Value[1]).To(Equal(want), "%s", s.Metric["pod"])
 				}
+			}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+		})
+
+		It("follows its configuration ConfigMap in every replica: a valid change accepted, a restart-only one reported, a bad one refused", func() {
+			dep := &appsv1.Deployment{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorDeployment}, dep)).To(Succeed())
+			replicas := int(*dep.Spec.Replicas)
+			// each returns every replica's value of a metric once all replicas report it.
+			each := func(g Gomega, metric string) []string {
+				result, err := promAPI.Query(ctx, metric+`{job="phalanks-controller-manager-metrics-service"}`)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(result).To(HaveLen(replicas), metric)
+				var values []string
+				for _, s := range result {
+					values = append(values, fmt.Sprint(s.Value[1]))
+				}
+				return values
+			}
+			reasons := func(g Gomega) []string {
+				list := &eventsv1.EventList{}
+				g.Expect(k8s.List(ctx, list, client.InNamespace(operatorNamespace))).To(Succeed())
+				var out []string
+				for _, e := range list.Items {
+					if e.Regarding.Kind == "ConfigMap" && e.Regarding.Name == "phalanks-operator-config" {
+						out = append(out, e.Reason+": "+e.Note)
+					}
+				}
+				return out
+			}
+			cm := &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "phalanks-operator-config"},
+				Data:       map[string]string{"zap-log-level": "debug", "scaling-concurrency": "4"},
+			}
+			By("creating it while the replicas run: the log level is live, --scaling-concurrency waits for a restart")
+			Expect(k8s.Create(ctx, cm)).To(Succeed())
+			DeferCleanup(func() { _ = k8s.Delete(context.Background(), cm) })
+			var hash string
+			Eventually(func(g Gomega) {
+				alive()
+				hashes := each(g, "phalanks_config_hash")
+				g.Expect(hashes[0]).NotTo(Equal("0"))
+				g.Expect(hashes).To(HaveEach(hashes[0]), "replicas disagree")
+				hash = hashes[0]
+				g.Expect(each(g, "phalanks_config_restart_required")).To(HaveEach("1"))
+				g.Expect(each(g, "phalanks_config_last_reload_successful")).To(HaveEach("1"))
+				g.Expect(reasons(g)).To(ContainElements(
+					ContainSubstring("ConfigurationApplied: Applied: --zap-log-level"),
+					ContainSubstring("RestartRequired:")))
+			}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+
+			By("a value the flag does not accept: refused, the last good configuration kept")
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+			cm.Data["scaling-grace-period"] = "soon"
+			Expect(k8s.Update(ctx, cm)).To(Succeed())
+			Eventually(func(g Gomega) {
+				alive()
+				g.Expect(each(g, "phalanks_config_last_reload_successful")).To(HaveEach("0"))
+				g.Expect(each(g, "phalanks_config_hash")).To(HaveEach(hash), "a refused change replaced the accepted hash")
+				g.Expect(reasons(g)).To(ContainElement(ContainSubstring(`InvalidConfiguration: Refused, the operator keeps its last good configuration: ConfigMap ` +
+					operatorNamespace + `/phalanks-operator-config key scaling-grace-period="soon"`)))
+			}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+
+			By("deleting it: every replica back to no ConfigMap, nothing waiting for a restart")
+			Expect(k8s.Delete(ctx, cm)).To(Succeed())
+			Eventually(func(g Gomega) {
+				alive()
+				g.Expect(each(g, "phalanks_config_hash")).To(HaveEach("0"))
+				g.Expect(each(g, "phalanks_config_restart_required")).To(HaveEach("0"))
+				g.Expect(each(g, "phalanks_config_last_reload_successful")).To(HaveEach("1"))
 			}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 		})
 
