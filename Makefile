@@ -38,6 +38,11 @@ SHELL = /usr/bin/env bash -o pipefail
 # checks for); auto lets the go command fetch it from the module proxy. Modules without
 # such a line (the test tools') build with the Go on PATH.
 export GOTOOLCHAIN := auto
+# Every go command builds with -trimpath: what it compiles records module paths, not this
+# checkout's directory, so Go's build cache serves every clone on the machine (without it
+# a fresh clone, as CI's, compiles the whole module again: each package's cache key holds
+# its directory). Stack traces name files by module path.
+export GOFLAGS := $(strip -trimpath $(filter-out -trimpath,$(GOFLAGS)))
 
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
