@@ -303,14 +303,16 @@ func monitoringSpecs() bool {
 
 			By("a value the flag does not accept: refused, the last good configuration kept")
 			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
-			cm.Data["scaling-grace-period"] = "soon"
+			// Not a flag the Deployment passes (the suite's pass --scaling-grace-period):
+			// a flag wins over its key, which is then not read at all.
+			cm.Data["storagebucket-status-heartbeat"] = "soon"
 			Expect(k8s.Update(ctx, cm)).To(Succeed())
 			Eventually(func(g Gomega) {
 				alive()
 				g.Expect(each(g, "phalanks_config_last_reload_successful")).To(HaveEach("0"))
 				g.Expect(each(g, "phalanks_config_hash")).To(HaveEach(hash), "a refused change replaced the accepted hash")
 				g.Expect(reasons(g)).To(ContainElement(ContainSubstring(`InvalidConfiguration: Refused, the operator keeps its last good configuration: ConfigMap ` +
-					operatorNamespace + `/phalanks-operator-config key scaling-grace-period="soon"`)))
+					operatorNamespace + `/phalanks-operator-config key storagebucket-status-heartbeat="soon"`)))
 			}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 
 			By("deleting it: every replica back to no ConfigMap, nothing waiting for a restart")
