@@ -109,6 +109,16 @@ func readConfigMap(ctx context.Context, cs kubernetes.Interface, namespace, name
 	return cm.Data, true, nil
 }
 
+// configMapClient returns the namespace of cfg's ConfigMap and a client to read it.
+func configMapClient(cfg config, restCfg *rest.Config) (string, kubernetes.Interface, error) {
+	ns, err := operatorNamespace(cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	return ns, cs, err
+}
+
 // withConfigMap is cfg with the settings of its configuration ConfigMap, read once at
 // start: a value that does not parse stops the process with a message naming the key and
 // the value. A missing ConfigMap sets nothing.
@@ -116,11 +126,7 @@ func withConfigMap(ctx context.Context, cfg config, restCfg *rest.Config) (confi
 	if cfg.configMap == "" {
 		return cfg, nil
 	}
-	ns, err := operatorNamespace(cfg)
-	if err != nil {
-		return cfg, err
-	}
-	cs, err := kubernetes.NewForConfig(restCfg)
+	ns, cs, err := configMapClient(cfg, restCfg)
 	if err != nil {
 		return cfg, err
 	}
@@ -340,11 +346,7 @@ func newConfigReloader(mgr manager.Manager, cfg config, restCfg *rest.Config, lo
 	if cfg.configMap == "" {
 		return nil, nil
 	}
-	ns, err := operatorNamespace(cfg)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := kubernetes.NewForConfig(restCfg)
+	ns, cs, err := configMapClient(cfg, restCfg)
 	if err != nil {
 		return nil, err
 	}
