@@ -16,18 +16,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
-	"github.com/phalanks/phalanks-operator/test/harness/envtest"
 )
 
 // parseWithConfigMap parses args with environ replaced by env and data as the
 // ConfigMap's.
 func parseWithConfigMap(t *testing.T, args []string, data map[string]string, env ...string) (config, error) {
 	t.Helper()
-	saved := environ
-	environ = func() []string { return env }
-	t.Cleanup(func() { environ = saved })
+	withEnviron(t, env)
 	return parseConfig(args, &configMapData{source: "ConfigMap ns/phalanks-operator-config", data: data})
 }
 

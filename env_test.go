@@ -10,12 +10,18 @@ import (
 	"time"
 )
 
-// parseWithEnv parses args with environ replaced by env.
-func parseWithEnv(t *testing.T, args []string, env ...string) (config, error) {
+// withEnviron replaces environ by env until t ends.
+func withEnviron(t *testing.T, env []string) {
 	t.Helper()
 	saved := environ
 	environ = func() []string { return env }
 	t.Cleanup(func() { environ = saved })
+}
+
+// parseWithEnv parses args with environ replaced by env.
+func parseWithEnv(t *testing.T, args []string, env ...string) (config, error) {
+	t.Helper()
+	withEnviron(t, env)
 	return parseFlags(args)
 }
 
