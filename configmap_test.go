@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -117,15 +116,7 @@ func TestConfigHash(t *testing.T) {
 // last good configuration kept, a restart-only setting reported, a decoy of the same name
 // in another namespace ignored, the ConfigMap deleted.
 func TestTheConfigMapIsReadAtStartAndFollowed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an API server")
-	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	env, err := envtest.Start(envtest.Options{Scheme: newScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env := startAPIServer(t)
 	ctx := t.Context()
 	for _, ns := range []string{"operator", "decoy"} {
 		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {

@@ -97,15 +97,7 @@ func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { ret
 // webhook is served either way. Each run of the manager, against a real API server,
 // watches what the other must not, so each is the other's proof that a watch is seen.
 func TestAControllerLeftOutWatchesNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an API server")
-	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	env, err := envtest.Start(envtest.Options{Scheme: newScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env := startAPIServer(t)
 	port, certDir := env.WebhookServing()
 
 	// Run in this order: a controller's name may be registered once per process.
@@ -202,4 +194,20 @@ func containsAll(have, want []string) bool {
 		}
 	}
 	return true
+}
+
+// startAPIServer starts a real API server and etcd for t, with the manager's scheme and
+// the logger silenced; it skips t under -short.
+func startAPIServer(t *testing.T) *envtest.Env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts an API server")
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	env, err := envtest.Start(envtest.Options{Scheme: newScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	return env
 }
