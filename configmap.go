@@ -30,6 +30,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/phalanks/phalanks-operator/controllers/scaling"
+	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
 )
 
 // defaultConfigMap names the ConfigMap in the operator's namespace whose keys set flags.
@@ -49,9 +52,13 @@ var notFromConfigMap = map[string]bool{
 
 // liveFlags are the settings a changed ConfigMap applies to a running process; a
 // change to any other waits for the process's next start.
-var liveFlags = map[string]bool{
-	"zap-log-level": true,
-}
+var liveFlags = func() map[string]bool {
+	live := map[string]bool{"zap-log-level": true}
+	for _, f := range slices.Concat(scaling.LiveFlags, storagebucket.LiveFlags) {
+		live[f] = true
+	}
+	return live
+}()
 
 // setFromConfigMap gives every flag that neither the command line nor the environment
 // set the value of its key in data. A value the flag does not accept, or a key for a
@@ -202,9 +209,11 @@ type configReloader struct {
 	unknown       []string
 	level         uberzap.AtomicLevel
 	development   bool
-	client        kubernetes.Interface
-	recorder      events.EventRecorder
-	log           logr.Logger
+	// reconfigure applies the live settings of a configuration to the controllers.
+	reconfigure func(config) error
+	client      kubernetes.Interface
+	recorder    events.EventRecorder
+	log         logr.Logger
 }
 
 // NeedLeaderElection is false: every replica applies the configuration to itself.
@@ -243,6 +252,22 @@ func (r *configReloader) changed(cm *corev1.ConfigMap) {
 		data = cm.Data
 	}
 	next, err := r.parse(data)
+	var live, restart []string
+	if err == nil {
+		for _, f := range changedFlags(r.live, next.fromConfigMap) {
+			if liveFlags[f] {
+				live = append(live, f)
+			}
+		}
+		for _, f := range changedFlags(r.started, next.fromConfigMap) {
+			if !liveFlags[f] {
+				restart = append(restart, f)
+			}
+		}
+		if len(live) > 0 && r.reconfigure != nil {
+			err = r.reconfigure(next)
+		}
+	}
 	if err != nil {
 		configReloadOK.Set(0)
 		r.log.Error(err, "refused a change of the configuration ConfigMap; keeping the last good configuration",
@@ -258,17 +283,6 @@ func (r *configReloader) changed(cm *corev1.ConfigMap) {
 			"Ignored keys that name no setting: "+strings.Join(next.unknownConfigKeys, ", "))
 	}
 	r.unknown = next.unknownConfigKeys
-	var live, restart []string
-	for _, f := range changedFlags(r.live, next.fromConfigMap) {
-		if liveFlags[f] {
-			live = append(live, f)
-		}
-	}
-	for _, f := range changedFlags(r.started, next.fromConfigMap) {
-		if !liveFlags[f] {
-			restart = append(restart, f)
-		}
-	}
 	if slices.Contains(live, "zap-log-level") {
 		r.level.SetLevel(logLevel(next.zap, r.development))
 	}
@@ -342,7 +356,7 @@ func liveLogLevel(o *zap.Options) uberzap.AtomicLevel {
 }
 
 // newConfigReloader returns the reloader of cfg's ConfigMap, or nil when there is none.
-func newConfigReloader(mgr manager.Manager, cfg config, restCfg *rest.Config, log logr.Logger) (*configReloader, error) {
+func newConfigReloader(mgr manager.Manager, cfg config, restCfg *rest.Config, reconfigure func(config) error, log logr.Logger) (*configReloader, error) {
 	if cfg.configMap == "" {
 		return nil, nil
 	}
@@ -376,6 +390,7 @@ func newConfigReloader(mgr manager.Manager, cfg config, restCfg *rest.Config, lo
 		unknown:     cfg.unknownConfigKeys,
 		level:       level,
 		development: cfg.zap.Development,
+		reconfigure: reconfigure,
 		client:      cs,
 		recorder:    mgr.GetEventRecorder("phalanks-operator-config"),
 		log:         log.WithName("config"),

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -158,7 +159,27 @@ func TestTheConfigMapIsReadAtStartAndFollowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := newConfigReloader(mgr, cfg, env.Config, ctrl.Log)
+	// The controllers' side of a reconfiguration is their own tests'; here, what they
+	// are given.
+	var (
+		mu      sync.Mutex
+		applied []config
+	)
+	reconfigure := func(c config) error {
+		mu.Lock()
+		defer mu.Unlock()
+		applied = append(applied, c)
+		return nil
+	}
+	lastApplied := func() (config, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(applied) == 0 {
+			return config{}, 0
+		}
+		return applied[len(applied)-1], len(applied)
+	}
+	r, err := newConfigReloader(mgr, cfg, env.Config, reconfigure, ctrl.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,6 +255,29 @@ func TestTheConfigMapIsReadAtStartAndFollowed(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(configRestartRequired); got != 0 {
 		t.Errorf("phalanks_config_restart_required = %v with only a live change", got)
+	}
+
+	// The controllers' live settings: handed to them at once, with what the command
+	// line and the environment set.
+	update(map[string]string{"zap-log-level": "debug", "scaling-concurrency": "5",
+		"scaling-grace-period": "1m", "storagebucket-status-heartbeat": "2m", "default-uptime": "Mon-Fri 08:00-18:00 UTC"})
+	eventually("an event says the controllers' settings were applied",
+		event(reasonConfigApplied, "--default-uptime", "--scaling-grace-period", "--storagebucket-status-heartbeat"))
+	got, calls := lastApplied()
+	if got.scaling.GracePeriod != time.Minute || got.storageBucket.StatusHeartbeat != 2*time.Minute ||
+		got.scaling.DefaultUptime != "Mon-Fri 08:00-18:00 UTC" || got.leaderElectNamespace != "operator" {
+		t.Errorf("the controllers were given grace %v, heartbeat %v, default uptime %q, namespace %q; want the ConfigMap's and the command line's",
+			got.scaling.GracePeriod, got.storageBucket.StatusHeartbeat, got.scaling.DefaultUptime, got.leaderElectNamespace)
+	}
+	// A value the controller refuses although it parses: refused as a whole, nothing
+	// handed on.
+	update(map[string]string{"zap-log-level": "error", "scaling-concurrency": "5", "default-uptime": "Mon-Fri 08:00-18:00 Mars/Olympus"})
+	eventually("a Warning names the refused setting", event(reasonConfigInvalid, "--default-uptime", "Mars/Olympus"))
+	if _, n := lastApplied(); n != calls {
+		t.Errorf("a refused configuration was handed to the controllers")
+	}
+	if got := cfg.logLevel.Level(); got != zapcore.DebugLevel {
+		t.Errorf("after a refused change the level is %v, want the last good debug", got)
 	}
 
 	// A bad value: refused with a Warning, the last good configuration kept.

@@ -209,6 +209,11 @@ func parseConfig(args []string, cm *configMapData) (config, error) {
 	if c.enabled, err = parseControllers(c.controllers); err != nil {
 		return c, fmt.Errorf("--controllers: %w", err)
 	}
+	if c.enabled[controllerScaling] {
+		if err := c.scaling.Validate(); err != nil {
+			return c, err
+		}
+	}
 	if c.leaderElect {
 		if err := sharding.ValidateTiming(c.storageBucket.ShardLeaseDuration, c.storageBucket.ShardRenewPeriod); err != nil {
 			return c, fmt.Errorf("--storagebucket-shard-lease-duration and --storagebucket-shard-renew-period: %w", err)
@@ -346,13 +351,14 @@ func newManager(ctx context.Context, cfg config, restCfg *rest.Config, log logr.
 			return nil, err
 		}
 	}
-	if err := setupReconcilers(mgr, cfg); err != nil {
+	reconfigure, err := setupReconcilers(mgr, cfg)
+	if err != nil {
 		return nil, err
 	}
 	if err := webhooks.Setup(mgr); err != nil {
 		return nil, fmt.Errorf("set up webhooks: %w", err)
 	}
-	reloader, err := newConfigReloader(mgr, cfg, restCfg, log)
+	reloader, err := newConfigReloader(mgr, cfg, restCfg, reconfigure, log)
 	if err != nil {
 		return nil, fmt.Errorf("the configuration ConfigMap: %w", err)
 	}
@@ -451,24 +457,36 @@ func parseControllers(value string) (map[string]bool, error) {
 }
 
 // setupReconcilers registers each controller cfg turns on through its own setup
-// function.
-func setupReconcilers(mgr manager.Manager, cfg config) error {
+// function. It returns what applies the live settings of a new configuration to them.
+func setupReconcilers(mgr manager.Manager, cfg config) (reconfigure func(config) error, err error) {
+	var apply []func(config) error
 	if cfg.enabled[controllerStorageBucket] {
-		if err := storagebucket.SetupWithManager(mgr, cfg.storageBucket); err != nil {
-			return fmt.Errorf("set up storagebucket controller: %w", err)
+		sb, err := storagebucket.SetupWithManager(mgr, cfg.storageBucket)
+		if err != nil {
+			return nil, fmt.Errorf("set up storagebucket controller: %w", err)
 		}
+		apply = append(apply, func(c config) error { return sb.Reconfigure(c.storageBucket) })
 	}
 	if cfg.enabled[controllerScaling] {
-		if err := scaling.SetupWithManager(mgr, cfg.scaling); err != nil {
-			return fmt.Errorf("set up scheduled scaling: %w", err)
+		sc, err := scaling.SetupWithManager(mgr, cfg.scaling)
+		if err != nil {
+			return nil, fmt.Errorf("set up scheduled scaling: %w", err)
 		}
+		apply = append(apply, func(c config) error { return sc.Reconfigure(c.scaling) })
 	}
 	if cfg.enabled[controllerFoo] {
 		if err := foo.SetupWithManager(mgr, cfg.foo); err != nil {
-			return fmt.Errorf("set up foo controller: %w", err)
+			return nil, fmt.Errorf("set up foo controller: %w", err)
 		}
 	}
-	return nil
+	return func(c config) error {
+		for _, f := range apply {
+			if err := f(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
 }
 
 // grandfatheredReferences is the record of the StorageBucket credentials references

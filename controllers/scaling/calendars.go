@@ -192,7 +192,7 @@ func calendarHandler(k *kind, s *scaler) handler.TypedEventHandler[client.Object
 		if err := s.cache.List(ctx, list, opts...); err != nil {
 			return nil
 		}
-		byDefaults := usesCalendar(s.policy.defaults, name)
+		byDefaults := usesCalendar(s.current().defaults, name)
 		namespaces := map[string]bool{}
 		var reqs []reconcile.Request
 		_ = meta.EachListItem(list, func(o runtime.Object) error {

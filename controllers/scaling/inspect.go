@@ -69,7 +69,7 @@ func NewInspector(c client.Client, o Options, now time.Time, scaledObjects bool,
 	}
 	i := &Inspector{c: c}
 	reader := &listingReader{Client: c, lists: map[string]client.ObjectList{}, gets: map[string]gotObject{}}
-	i.gather = &gatherer{reader: reader, client: c, policy: p, calendars: NewCalendars(reader, o.CalendarNamespace, p.scheduleDefaults),
+	i.gather = &gatherer{reader: reader, client: c, policy: func() *policy { return p }, calendars: NewCalendars(reader, o.CalendarNamespace, p.scheduleDefaults),
 		now: func() time.Time { return now }, keda: func() bool { return scaledObjects }}
 	resources := o.Resources
 	if resources == nil {

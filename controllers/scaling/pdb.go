@@ -294,7 +294,8 @@ func (s *scaler) setupPDB() error {
 		Named("scaling-poddisruptionbudget").
 		WithOptions(controller.Options{MaxConcurrentReconciles: s.opts.Concurrency}).
 		WatchesRawSource(source.Kind[client.Object](s.cache, &policyv1.PodDisruptionBudget{},
-			&handler.TypedEnqueueRequestForObject[client.Object]{}, pdbPredicate()))
+			&handler.TypedEnqueueRequestForObject[client.Object]{}, pdbPredicate())).
+		WatchesRawSource(s.resync(func() client.ObjectList { return &policyv1.PodDisruptionBudgetList{} }))
 	for _, k := range r.covered {
 		b = b.WatchesRawSource(source.Kind(s.cache, k.newObject(), r.budgetsSelecting(templateLabels), coveredPredicate()))
 	}
@@ -366,16 +367,17 @@ func (r *pdbReconciler) gather(ctx context.Context, reader client.Reader, pdb *p
 		// As for workloads: nothing is decided in a Namespace that cannot be read.
 		return pdbInputs{}, fmt.Errorf("read namespace %s: %w", pdb.Namespace, err)
 	}
+	p := r.s.current()
 	in := pdbInputs{
 		pdb: pdbView{minAvailable: pdb.Spec.MinAvailable, maxUnavailable: pdb.Spec.MaxUnavailable,
 			annotations: pdb.Annotations, controller: metav1.GetControllerOf(pdb)},
-		excluded: r.s.policy.excluded(pdb.Namespace, ns.Labels),
-		dryRun:   r.s.policy.dryRun,
+		excluded: p.excluded(pdb.Namespace, ns.Labels),
+		dryRun:   p.dryRun,
 	}
 	// The budget's own exclude and dry-run annotations (or its namespace's) apply to it.
 	now := r.s.opts.Clock.Now()
 	cfg, err := resolve([]layer{{annotations: pdb.Annotations}, {source: "namespace " + pdb.Namespace, annotations: ns.Annotations}},
-		r.s.gather.scheduleDefaults(ctx, ns), true, now)
+		r.s.gather.scheduleDefaults(ctx, p, ns), true, now)
 	if err == nil {
 		in.excluded = in.excluded || cfg.excluded(now)
 		in.dryRun = in.dryRun || cfg.dryRun

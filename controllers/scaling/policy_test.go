@@ -74,6 +74,40 @@ var _ = Describe("Scheduled scaling policy", func() {
 		Expect(annotation(hpa, scaling.AnnotationOriginalMinReplicas)(Default)).To(BeEmpty())
 	})
 
+	It("applies a reconfiguration while it runs: new defaults and exclusions re-decide every workload, an invalid one changes nothing", func() {
+		a, b := newNamespace(nil), newNamespace(nil)
+		webA := newDeployment(a, "web", 3, nil)
+		webB := newDeployment(b, "web", 2, nil)
+		// Saturday: outside the working hours, a workload with them is down.
+		clock.JumpTo(berlinDay(friday, 1, 12, 0))
+		sc, _ := startOperator(scaling.Options{Clock: clock})
+		both := func(g Gomega) []int32 { return []int32{replicas(webA)(g), replicas(webB)(g)} }
+		Consistently(both).WithTimeout(2*time.Second).Should(Equal([]int32{3, 2}), "no schedule yet")
+
+		By("scaling both down by default working hours given while it runs, with no event of theirs")
+		Expect(sc.Reconfigure(scaling.Options{DefaultUptime: workingHours})).To(Succeed())
+		Eventually(both).Should(Equal([]int32{0, 0}))
+		Expect(annotation(webB, scaling.AnnotationOriginalReplicas)(Default)).To(Equal("2"))
+
+		By("restoring the one whose namespace is excluded now")
+		Expect(sc.Reconfigure(scaling.Options{DefaultUptime: workingHours, ExcludeNamespaces: []string{a}})).To(Succeed())
+		Eventually(replicas(webA)).Should(BeEquivalentTo(3))
+		Expect(annotation(webA, scaling.AnnotationOriginalReplicas)(Default)).To(BeEmpty())
+		Consistently(replicas(webB)).WithTimeout(2 * time.Second).Should(BeEquivalentTo(0))
+
+		By("refusing an invalid configuration and keeping the one in force")
+		Expect(sc.Reconfigure(scaling.Options{DefaultUptime: "Mon-Fri 08:00-18:00 Mars/Olympus"})).
+			To(MatchError(ContainSubstring("--default-uptime")))
+		Expect(sc.Reconfigure(scaling.Options{ExcludeNamespaces: []string{"[kube-*"}})).
+			To(MatchError(ContainSubstring("--scaling-exclude-namespaces")))
+		Consistently(both).WithTimeout(2 * time.Second).Should(Equal([]int32{3, 0}))
+
+		By("restoring the saved count once the defaults are gone")
+		Expect(sc.Reconfigure(scaling.Options{ExcludeNamespaces: []string{a}})).To(Succeed())
+		Eventually(replicas(webB)).Should(BeEquivalentTo(2))
+		Expect(annotation(webB, scaling.AnnotationOriginalReplicas)(Default)).To(BeEmpty())
+	})
+
 	It("follows force-downtime and force-uptime, on the workload and from its namespace", func() {
 		ns := newNamespace(map[string]string{scaling.AnnotationForceDowntime: "true"})
 		inherits := newDeployment(ns, "inherits", 3, map[string]string{scaling.AnnotationUptime: workingHours})

@@ -6,10 +6,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -19,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -32,10 +36,11 @@ const pdbResource = "poddisruptionbudgets.policy"
 // those named in --scaling-resources (KEDA ScaledObjects, kinds scaled through /scale)
 // once the API server serves them.
 type scaler struct {
-	mgr      manager.Manager
-	cache    cache.Cache
-	opts     Options
-	policy   *policy
+	mgr   manager.Manager
+	cache cache.Cache
+	opts  Options
+	// policy is the operator-wide policy every decision reads; Reconfigure replaces it.
+	policy   atomic.Pointer[policy]
 	recorder events.EventRecorder
 	disco    discovery.DiscoveryInterface
 	// calendars are the holiday calendars schedules name, read from the cache.
@@ -54,6 +59,8 @@ type scaler struct {
 	scaledObjects *kindController
 	// pending are the resources named but not served yet, and why a check failed.
 	pending map[string]string
+	// resyncs wake every controller to re-decide all its objects.
+	resyncs []chan event.TypedGenericEvent[struct{}]
 }
 
 type kindController struct {
@@ -74,7 +81,7 @@ func newScaler(mgr manager.Manager, o Options, p *policy) (*scaler, error) {
 		return nil, fmt.Errorf("create discovery client: %w", err)
 	}
 	s := &scaler{
-		mgr: mgr, cache: c, opts: o, policy: p, disco: disco,
+		mgr: mgr, cache: c, opts: o, disco: disco,
 		calendars:   NewCalendars(c, o.CalendarNamespace, p.scheduleDefaults),
 		writers:     &writers{reader: mgr.GetAPIReader(), seen: map[types.UID]writerAt{}},
 		recorder:    mgr.GetEventRecorder(FieldManager),
@@ -82,8 +89,48 @@ func newScaler(mgr manager.Manager, o Options, p *policy) (*scaler, error) {
 		pending:     map[string]string{},
 		pacer:       newPacer(o.RestoreRate),
 	}
+	s.policy.Store(p)
 	s.gather = s.gatherer()
 	return s, nil
+}
+
+// current is the policy in force.
+func (s *scaler) current() *policy { return s.policy.Load() }
+
+// resync is a source that, each time resyncAll is called, enqueues every object the
+// cache holds of the kind list lists.
+func (s *scaler) resync(newList func() client.ObjectList) source.TypedSource[reconcile.Request] {
+	ch := make(chan event.TypedGenericEvent[struct{}], 1)
+	s.mu.Lock()
+	s.resyncs = append(s.resyncs, ch)
+	s.mu.Unlock()
+	return source.Channel(ch, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, _ struct{}) []reconcile.Request {
+		list := newList()
+		if err := s.cache.List(ctx, list); err != nil {
+			return nil
+		}
+		var reqs []reconcile.Request
+		_ = meta.EachListItem(list, func(o runtime.Object) error {
+			if obj, ok := o.(client.Object); ok {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
+			}
+			return nil
+		})
+		return reqs
+	}))
+}
+
+// resyncAll has every controller re-decide all its objects. A resync not yet taken up
+// already covers this one.
+func (s *scaler) resyncAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range s.resyncs {
+		select {
+		case ch <- event.TypedGenericEvent[struct{}]{}:
+		default:
+		}
+	}
 }
 
 // setup sets up the built-in kinds named in --scaling-resources now, and leaves the
@@ -133,7 +180,8 @@ func (s *scaler) setupKind(k *kind) error {
 		WatchesRawSource(source.Kind(s.cache, k.newObject(), &handler.TypedEnqueueRequestForObject[client.Object]{}, objectPredicate(k, s))).
 		WatchesRawSource(source.Kind[client.Object](s.cache, namespaceObject(), namespaceHandler(k, s.cache), namespacePredicate())).
 		WatchesRawSource(source.Kind(s.cache, configMapObject(), calendarHandler(k, s), calendarPredicate(s.calendars))).
-		WatchesRawSource(r.wake)
+		WatchesRawSource(r.wake).
+		WatchesRawSource(s.resync(k.newList))
 	if k.autoscaled {
 		b = b.WatchesRawSource(source.Kind[client.Object](s.cache, hpaObject(), hpaHandler(k), hpaPredicate()))
 	}

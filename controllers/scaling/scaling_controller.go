@@ -307,15 +307,52 @@ func (p *policy) excluded(name string, nsLabels map[string]string) bool {
 	return false
 }
 
-// SetupWithManager registers a controller for every kind named in o.Resources that the
-// API server serves now, and sets up the others when they appear.
-func SetupWithManager(mgr ctrl.Manager, o Options) error {
-	p, err := o.newPolicy()
-	if err != nil {
+// LiveFlags are the flags whose change Reconfigure applies to a running operator; the
+// others take effect at its next start.
+var LiveFlags = []string{
+	"default-uptime", "default-downtime", "default-downtime-replicas", "default-scaling-kinds",
+	"scaling-exclude-namespaces", "scaling-exclude-namespace-selector",
+	"scaling-grace-period", "scaling-wake-lead", "scaling-dry-run",
+}
+
+// Validate checks o as SetupWithManager does.
+func (o Options) Validate() error {
+	if _, err := o.newPolicy(); err != nil {
 		return err
 	}
 	if o.Concurrency < 1 {
 		return errors.New("--scaling-concurrency must be at least 1")
+	}
+	return nil
+}
+
+// Scaling is scheduled scaling as set up in a manager.
+type Scaling struct{ s *scaler }
+
+// Reconfigure applies the settings of LiveFlags in o to the running controllers and has
+// them re-decide every object, so that a workload in a namespace excluded now is
+// restored and one the defaults schedule now is scaled. The other settings in o are
+// ignored. An invalid o changes nothing.
+func (sc *Scaling) Reconfigure(o Options) error {
+	o.TimeZone, o.Weekdays = sc.s.opts.TimeZone, sc.s.opts.Weekdays
+	p, err := o.newPolicy()
+	if err != nil {
+		return err
+	}
+	sc.s.policy.Store(p)
+	sc.s.resyncAll()
+	return nil
+}
+
+// SetupWithManager registers a controller for every kind named in o.Resources that the
+// API server serves now, and sets up the others when they appear.
+func SetupWithManager(mgr ctrl.Manager, o Options) (*Scaling, error) {
+	p, err := o.newPolicy()
+	if err != nil {
+		return nil, err
+	}
+	if o.Concurrency < 1 {
+		return nil, errors.New("--scaling-concurrency must be at least 1")
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -326,7 +363,10 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	}
 	s, err := newScaler(mgr, o, p)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return s.setup()
+	if err := s.setup(); err != nil {
+		return nil, err
+	}
+	return &Scaling{s: s}, nil
 }

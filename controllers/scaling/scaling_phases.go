@@ -129,8 +129,9 @@ type gatherer struct {
 	// reader reads namespaces, autoscalers (by hpaTargetIndex) and ScaledObjects.
 	reader client.Reader
 	// client reads the level of kinds scaled through /scale.
-	client    client.Client
-	policy    *policy
+	client client.Client
+	// policy is the operator-wide policy of the decision it is called for.
+	policy    func() *policy
 	calendars *Calendars
 	now       func() time.Time
 	// keda reports whether KEDA ScaledObjects are scaled (and so may delegate).
@@ -138,14 +139,14 @@ type gatherer struct {
 }
 
 func (s *scaler) gatherer() *gatherer {
-	return &gatherer{reader: s.cache, client: s.mgr.GetClient(), policy: s.policy, calendars: s.calendars,
+	return &gatherer{reader: s.cache, client: s.mgr.GetClient(), policy: s.current, calendars: s.calendars,
 		now: s.opts.Clock.Now, keda: s.kedaActive}
 }
 
 // scheduleDefaults are the policy's defaults with the calendars the schedules of
 // objects in namespace ns see.
-func (g *gatherer) scheduleDefaults(ctx context.Context, ns *corev1.Namespace) schedule.Defaults {
-	d := g.policy.scheduleDefaults
+func (g *gatherer) scheduleDefaults(ctx context.Context, p *policy, ns *corev1.Namespace) schedule.Defaults {
+	d := p.scheduleDefaults
 	d.Calendars = g.calendars.In(ctx, ns.Name, ShadowCalendars(ns))
 	return d
 }
@@ -153,7 +154,7 @@ func (g *gatherer) scheduleDefaults(ctx context.Context, ns *corev1.Namespace) s
 // gather reads what a decision about obj, of kind k, needs: the object and its level,
 // the layers of annotations under its own, and what autoscales it.
 func (g *gatherer) gather(ctx context.Context, k *kind, obj client.Object) (inputs, error) {
-	p, reader := g.policy, g.reader
+	p, reader := g.policy(), g.reader
 	ns := &corev1.Namespace{}
 	if err := reader.Get(ctx, types.NamespacedName{Name: obj.GetNamespace()}, ns); err != nil {
 		// A Namespace the cache does not hold yet (one just created) may be excluded by
@@ -194,7 +195,7 @@ func (g *gatherer) gather(ctx context.Context, k *kind, obj client.Object) (inpu
 		layers:            layers,
 		levelField:        strings.Join(k.levelField, "."),
 		namespaceExcluded: excluded,
-		defaults:          g.scheduleDefaults(ctx, ns),
+		defaults:          g.scheduleDefaults(ctx, p, ns),
 		grace:             p.grace,
 		wakeLead:          p.wakeLead,
 		dryRun:            p.dryRun,

@@ -54,6 +54,12 @@ var _ = BeforeSuite(func() {
 // runOperator starts a manager with scheduled scaling and returns a function that
 // stops it (also called at the end of the spec).
 func runOperator(o scaling.Options) (stop func()) {
+	_, stop = startOperator(o)
+	return stop
+}
+
+// startOperator is runOperator that also returns the scheduled scaling it runs.
+func startOperator(o scaling.Options) (sc *scaling.Scaling, stop func()) {
 	opts := env.ManagerOptions()
 	// Specs start a manager each, in one process.
 	opts.Controller.SkipNameValidation = ptr.To(true)
@@ -62,7 +68,8 @@ func runOperator(o scaling.Options) (stop func()) {
 	if o.Concurrency == 0 {
 		o.Concurrency = 2
 	}
-	Expect(scaling.SetupWithManager(mgr, o)).To(Succeed())
+	sc, err = scaling.SetupWithManager(mgr, o)
+	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -87,7 +94,7 @@ func runOperator(o scaling.Options) (stop func()) {
 		})
 	}
 	DeferCleanup(stop)
-	return stop
+	return sc, stop
 }
 
 var berlin = func() *time.Location {

@@ -128,7 +128,7 @@ func objectPredicate(k *kind, s *scaler) predicate.TypedFuncs[client.Object] {
 			// A Namespace the cache does not hold yet: the reconcile waits for it.
 			return true
 		}
-		return relevantNamespace(ns, s.policy, k)
+		return relevantNamespace(ns, s.current(), k)
 	}
 	return predicate.TypedFuncs[client.Object]{
 		CreateFunc: func(e event.TypedCreateEvent[client.Object]) bool { return relevant(e.Object) },

@@ -6,14 +6,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // Hooks for the specs of the external test package, which look into the reconciler's
 // memory to show what it holds and what it lets go.
-
-// SetupForTest is SetupWithManager, returning the reconciler.
-func SetupForTest(mgr ctrl.Manager, o Options) (*Reconciler, error) { return setup(mgr, o) }
 
 // CachedReferences returns "Kind namespace/name" of every referenced object whose data
 // the reconciler holds.

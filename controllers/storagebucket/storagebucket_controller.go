@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -194,16 +195,29 @@ type Reconciler struct {
 	refs     *refReader
 	mem      *memory
 	opts     Options
+	// heartbeat is opts.StatusHeartbeat, which Reconfigure changes while it runs.
+	heartbeat atomic.Int64
 }
+
+// LiveFlags are the flags whose change Reconfigure applies to a running operator; the
+// others take effect at its next start.
+var LiveFlags = []string{"storagebucket-status-heartbeat"}
+
+// Reconfigure applies the settings of LiveFlags in o to the running controller; the
+// other settings in o are ignored. The status heartbeat counts from each StorageBucket's
+// lastProbeTime, so a shorter one is due at the bucket's next probe.
+func (r *Reconciler) Reconfigure(o Options) error {
+	o.defaults()
+	r.heartbeat.Store(int64(o.StatusHeartbeat))
+	return nil
+}
+
+// statusHeartbeat is the status heartbeat in force.
+func (r *Reconciler) statusHeartbeat() time.Duration { return time.Duration(r.heartbeat.Load()) }
 
 // SetupWithManager registers the StorageBucket controller, its field indexes, its
 // Secret informer and its leader-only ticker with the manager.
-func SetupWithManager(mgr ctrl.Manager, o Options) error {
-	_, err := setup(mgr, o)
-	return err
-}
-
-func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
+func SetupWithManager(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 	o.defaults()
 	policy, err := s3probe.NewPolicy(o.EndpointAllowCIDRs, o.EndpointDenyCIDRs)
 	if err != nil {
@@ -226,6 +240,7 @@ func setup(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		mem:      newMemory(),
 		opts:     o,
 	}
+	r.heartbeat.Store(int64(o.StatusHeartbeat))
 	due := make(chan event.TypedGenericEvent[dueBatch], 1)
 	if err := mgr.Add(&ticker{sched: r.sched, events: due, period: o.Tick, gather: dispatchGather, clock: o.Clock, leaderOnly: o.Shard == nil,
 		onDispatch: func(n int) { dispatchedBuckets.Add(float64(n)); scheduledBuckets.Set(float64(r.sched.Len())) }}); err != nil {

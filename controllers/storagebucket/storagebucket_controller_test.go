@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
 	"github.com/phalanks/phalanks-operator/internal/s3bucket"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 )
@@ -58,6 +59,28 @@ var _ = Describe("StorageBucket probing", func() {
 		Eventually(func() time.Duration { return time.Since(get(sb).Status.LastProbeTime.Time) }).
 			WithTimeout(30 * time.Second).Should(BeNumerically(">", 11*time.Second))
 		Expect(get(sb).ResourceVersion).To(Equal(before), "the status was rewritten although nothing changed")
+	})
+
+	It("writes an unchanged status at a heartbeat reconfigured while it runs", func() {
+		Expect(s3.MakeBucket(ctx, "heartbeat-bucket", miniogo.MakeBucketOptions{})).To(Succeed())
+		sb := newBucket(ns, "heartbeat", "heartbeat-bucket", s3)
+		create(sb)
+		eventuallyReady(sb, metav1.ConditionTrue, "BucketReady", 30*time.Second)
+		first := get(sb).Status.LastProbeTime.Time
+
+		Expect(reconciler.Reconfigure(storagebucket.Options{StatusHeartbeat: 8 * time.Second})).To(Succeed())
+		DeferCleanup(func() { Expect(reconciler.Reconfigure(storagebucket.Options{})).To(Succeed()) })
+		// Probed every 5s: the probe at least 8s after the last write writes.
+		Eventually(func() time.Time { return get(sb).Status.LastProbeTime.Time }).
+			WithTimeout(30 * time.Second).Should(BeTemporally(">=", first.Add(8*time.Second)))
+		Expect(condition(get(sb), phalanksv1beta1.ConditionReady).Reason).To(Equal("BucketReady"))
+
+		By("going back to the default of an hour, which writes nothing for the probes after")
+		Expect(reconciler.Reconfigure(storagebucket.Options{})).To(Succeed())
+		time.Sleep(time.Second) // a write the old heartbeat started may still land
+		before := get(sb).ResourceVersion
+		Consistently(func() string { return get(sb).ResourceVersion }).
+			WithTimeout(12 * time.Second).WithPolling(time.Second).Should(Equal(before))
 	})
 
 	It("uses a Secret's new key pair at the first probe after it changed, also after probes that reused the old one", func() {

@@ -19,11 +19,11 @@ import (
 // that already, with no heartbeat due, does not compute the status at all: that is the
 // steady state of a healthy bucket, almost every probe.
 func (r *Reconciler) writeStatus(ctx context.Context, sb *phalanksv1beta1.StorageBucket, st *bucketState) error {
-	shown := st.shownKey(sb)
-	if st.shown == shown && !heartbeatDue(&sb.Status, st.obs.probedAt, r.opts.StatusHeartbeat) {
+	shown, heartbeat := st.shownKey(sb), r.statusHeartbeat()
+	if st.shown == shown && !heartbeatDue(&sb.Status, st.obs.probedAt, heartbeat) {
 		return nil
 	}
-	next, cause := desiredStatus(&sb.Status, st.obs, r.opts.StatusHeartbeat)
+	next, cause := desiredStatus(&sb.Status, st.obs, heartbeat)
 	if cause == writeNone && st.shown != shown {
 		st.shown = shown
 		r.mem.store(sb.UID, st)

@@ -88,7 +88,7 @@ var _ = BeforeSuite(func() {
 	mgr.GetWebhookServer().Register(denyStatusPath, &webhook.Admission{Handler: denyLabelledStatus})
 	// MinIO and the test servers listen on 127.0.0.1, which the endpoint policy denies
 	// unless the operator's administrator allows it.
-	reconciler, err = storagebucket.SetupForTest(mgr, storagebucket.Options{Concurrency: 8,
+	reconciler, err = storagebucket.SetupWithManager(mgr, storagebucket.Options{Concurrency: 8,
 		EndpointAllowCIDRs: []string{"127.0.0.1/32"}, NamespaceDeletionTimeout: namespaceDeletionTimeout})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())

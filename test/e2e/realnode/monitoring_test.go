@@ -254,7 +254,7 @@ func monitoringSpecs() bool {
 			}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 		})
 
-		It("follows its configuration ConfigMap in every replica: a valid change accepted, a restart-only one reported, a bad one refused", func() {
+		It("follows its configuration ConfigMap in every replica: a live change applied at once (a namespace excluded now gets its workload back), a restart-only one reported, a bad one refused", func() {
 			dep := &appsv1.Deployment{}
 			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorDeployment}, dep)).To(Succeed())
 			replicas := int(*dep.Spec.Replicas)
@@ -300,6 +300,40 @@ func monitoringSpecs() bool {
 					ContainSubstring("ConfigurationApplied: Applied: --zap-log-level"),
 					ContainSubstring("RestartRequired:")))
 			}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+
+			By("a live setting of scheduled scaling: a namespace excluded now has its workload restored at once")
+			const live = "config-live"
+			Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: live}})).To(Succeed())
+			DeferCleanup(func() {
+				_ = k8s.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: live}})
+			})
+			held := &appsv1.Deployment{
+				ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: live,
+					Annotations: map[string]string{scaling.AnnotationDowntime: "always", scaling.AnnotationGracePeriod: "0"}},
+				Spec: appsv1.DeploymentSpec{
+					Replicas: ptr.To[int32](1),
+					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "held"}},
+					Template: podTemplate("held"),
+				},
+			}
+			Expect(k8s.Create(ctx, held)).To(Succeed())
+			Eventually(func(g Gomega) *int32 {
+				alive()
+				g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(held), held)).To(Succeed())
+				return held.Spec.Replicas
+			}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(HaveValue(BeEquivalentTo(0)), "held down by its annotation")
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+			cm.Data["scaling-exclude-namespaces"] = strings.Join(append(scaling.DefaultExcludeNamespaces(operatorNamespace), live), ",")
+			Expect(k8s.Update(ctx, cm)).To(Succeed())
+			Eventually(func(g Gomega) {
+				alive()
+				g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(held), held)).To(Succeed())
+				g.Expect(held.Spec.Replicas).To(HaveValue(BeEquivalentTo(1)))
+				g.Expect(held.Status.ReadyReplicas).To(BeEquivalentTo(1), "its pod runs on the node again")
+				g.Expect(reasons(g)).To(ContainElement(ContainSubstring("ConfigurationApplied: Applied: --scaling-exclude-namespaces")))
+				g.Expect(each(g, "phalanks_config_hash")).To(HaveEach(Not(Equal(hash))), "every replica accepted the change")
+			}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+			hash = each(Default, "phalanks_config_hash")[0]
 
 			By("a value the flag does not accept: refused, the last good configuration kept")
 			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())

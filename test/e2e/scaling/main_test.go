@@ -170,7 +170,8 @@ func startOperator(t *testing.T, o scaling.Options) {
 	if o.Concurrency == 0 {
 		o.Concurrency = 2
 	}
-	g.Expect(scaling.SetupWithManager(mgr, o)).To(Succeed())
+	_, err = scaling.SetupWithManager(mgr, o)
+	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

@@ -74,8 +74,9 @@ func startInProcess(p *platform, shard *sharding.Member, leaderElection string) 
 	}
 	mgr, err := ctrl.NewManager(p.env.Config, opts)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(storagebucket.SetupWithManager(mgr, storagebucket.Options{Concurrency: 2, Shard: shard,
-		EndpointAllowCIDRs: []string{"127.0.0.1/32"}})).To(Succeed())
+	_, err = storagebucket.SetupWithManager(mgr, storagebucket.Options{Concurrency: 2, Shard: shard,
+		EndpointAllowCIDRs: []string{"127.0.0.1/32"}})
+	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
