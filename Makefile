@@ -405,13 +405,16 @@ install: tools-for-install manifests ## Install the CRDs into the cluster of the
 uninstall: tools-for-uninstall manifests ## Remove the CRDs (and every custom resource) from the cluster.
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
+# --force-conflicts: the operator owns its Deployment's replica count once it changed it
+# (--operator-replicas); a deploy sets config/manager's again, and the operator then
+# raises it back (docs/configuration.md, "The operator's replica count").
 .PHONY: deploy
 deploy: tools-for-deploy manifests ## Deploy the operator image IMG with kustomize (DEPLOY_CONFIG: config/default, or config/certmanager).
-	$(call kustomize-build,$(DEPLOY_CONFIG)) | $(KUBECTL) apply --server-side -f -
+	$(call kustomize-build,$(DEPLOY_CONFIG)) | $(KUBECTL) apply --server-side --force-conflicts -f -
 
 .PHONY: deploy-monitoring
 deploy-monitoring: tools-for-deploy-monitoring manifests ## Deploy like deploy, plus a ServiceMonitor scraping the metrics over verified TLS and the alerting rules (needs the Prometheus Operator).
-	$(call kustomize-build,config/prometheus) | $(KUBECTL) apply --server-side -f -
+	$(call kustomize-build,config/prometheus) | $(KUBECTL) apply --server-side --force-conflicts -f -
 
 # The StorageBuckets and Foos go first, while the operator still runs: it deletes or
 # keeps each bucket by its deletionPolicy, and a finalizer it cannot complete stops

@@ -53,7 +53,7 @@ var notFromConfigMap = map[string]bool{
 // liveFlags are the settings a changed ConfigMap applies to a running process; a
 // change to any other waits for the process's next start.
 var liveFlags = func() map[string]bool {
-	live := map[string]bool{"zap-log-level": true}
+	live := map[string]bool{"zap-log-level": true, "operator-replicas": true}
 	for _, f := range slices.Concat(scaling.LiveFlags, storagebucket.LiveFlags) {
 		live[f] = true
 	}

@@ -45,6 +45,7 @@ import (
 	"github.com/phalanks/phalanks-operator/internal/clockoffset"
 	"github.com/phalanks/phalanks-operator/internal/grandfather"
 	"github.com/phalanks/phalanks-operator/internal/memlimit"
+	"github.com/phalanks/phalanks-operator/internal/selfscale"
 	"github.com/phalanks/phalanks-operator/internal/sharding"
 	"github.com/phalanks/phalanks-operator/internal/storagemigration"
 	"github.com/phalanks/phalanks-operator/internal/webhooks"
@@ -93,6 +94,9 @@ type config struct {
 	// memoryLimitRatio is the share of the container's memory limit given to Go's
 	// garbage collector as its soft limit (internal/memlimit).
 	memoryLimitRatio float64
+	// operatorReplicas is the count the elected replica keeps its own Deployment at; 0
+	// leaves it alone.
+	operatorReplicas int
 	// unknownEnv are PHALANKS_ variables that name no flag, ignored.
 	unknownEnv []string
 	// configMap names the configuration ConfigMap in the operator's namespace;
@@ -169,6 +173,10 @@ func newFlagSet(c *config) *flag.FlagSet {
 		"Share of the container's memory limit (its cgroup's) given to Go's garbage collector as a soft limit, so that "+
 			"it collects harder near the limit instead of the kernel killing the process; 0 turns this off. "+
 			"GOMEMLIMIT, when set, wins.")
+	fs.IntVar(&c.operatorReplicas, "operator-replicas", 2,
+		"Replicas of the operator's own Deployment, which the elected replica keeps through the Deployment's scale "+
+			"subresource (raising it one replica at a time, each once all are available), across upgrades on every "+
+			"install path; 0 leaves the count to whoever else sets it (kubectl scale, an autoscaler). At most 64.")
 	fs.StringVar(&c.configMap, "config-map", defaultConfigMap,
 		"Name of the ConfigMap in the operator's namespace whose keys, named as these flags, set what neither a flag "+
 			"nor its environment variable sets; it may be missing. Empty reads none.")
@@ -221,6 +229,9 @@ func parseConfig(args []string, cm *configMapData) (config, error) {
 	}
 	if err := c.certRotation.Validate(); err != nil {
 		return c, err
+	}
+	if c.operatorReplicas < 0 || c.operatorReplicas > selfscale.MaxReplicas {
+		return c, fmt.Errorf("--operator-replicas: %d is not between 0 and %d", c.operatorReplicas, selfscale.MaxReplicas)
 	}
 	if c.memoryLimitRatio < 0 || c.memoryLimitRatio > 1 || math.IsNaN(c.memoryLimitRatio) {
 		return c, fmt.Errorf("--memory-limit-ratio: %v is not between 0 and 1", c.memoryLimitRatio)
@@ -355,6 +366,18 @@ func newManager(ctx context.Context, cfg config, restCfg *rest.Config, log logr.
 	if err != nil {
 		return nil, err
 	}
+	if keeper, err := replicaKeeper(mgr, cfg, log); err != nil {
+		return nil, err
+	} else if keeper != nil {
+		controllers := reconfigure
+		reconfigure = func(c config) error {
+			if err := controllers(c); err != nil {
+				return err
+			}
+			keeper.Set(c.operatorReplicas)
+			return nil
+		}
+	}
 	if err := webhooks.Setup(mgr); err != nil {
 		return nil, fmt.Errorf("set up webhooks: %w", err)
 	}
@@ -487,6 +510,23 @@ func setupReconcilers(mgr manager.Manager, cfg config) (reconfigure func(config)
 		}
 		return nil
 	}, nil
+}
+
+// replicaKeeper adds the keeper of the operator's own replica count to mgr; nil outside
+// a pod (no POD_NAME), where no Deployment runs the process.
+func replicaKeeper(mgr manager.Manager, cfg config, log logr.Logger) (*selfscale.Keeper, error) {
+	pod, ns := os.Getenv("POD_NAME"), podNamespace()
+	if pod == "" || ns == "" {
+		return nil, nil
+	}
+	k := selfscale.New(selfscale.Options{
+		Reader: mgr.GetAPIReader(), Writer: mgr.GetClient().SubResource("scale"), Namespace: ns, Pod: pod,
+		Source: "the operator's operator-replicas setting", Recorder: mgr.GetEventRecorder(selfscale.FieldManager), Log: log.WithName("replicas"),
+	}, cfg.operatorReplicas)
+	if err := mgr.Add(k); err != nil {
+		return nil, fmt.Errorf("add the replica keeper: %w", err)
+	}
+	return k, nil
 }
 
 // grandfatheredReferences is the record of the StorageBucket credentials references

@@ -116,7 +116,7 @@ func TestInAPodTheLeasesGoToPODNAMESPACE(t *testing.T) {
 
 // A memory-limit ratio outside [0, 1] stops the manager at start, naming the flag; the
 // variable that mirrors it is read the same way.
-func TestTheMemoryLimitRatioIsValidated(t *testing.T) {
+func TestTheMemoryLimitRatioAndTheReplicasAreValidated(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -127,6 +127,10 @@ func TestTheMemoryLimitRatioIsValidated(t *testing.T) {
 		{[]string{"--memory-limit-ratio=1.1"}, "--memory-limit-ratio: 1.1 is not between 0 and 1"},
 		{[]string{"--memory-limit-ratio=-0.5"}, "--memory-limit-ratio: -0.5 is not between 0 and 1"},
 		{[]string{"--memory-limit-ratio=NaN"}, "--memory-limit-ratio: NaN is not between 0 and 1"},
+		{[]string{"--operator-replicas=0"}, ""},
+		{[]string{"--operator-replicas=64"}, ""},
+		{[]string{"--operator-replicas=65"}, "--operator-replicas: 65 is not between 0 and 64"},
+		{[]string{"--operator-replicas=-1"}, "--operator-replicas: -1 is not between 0 and 64"},
 	} {
 		_, err := parseFlags(tc.args)
 		switch {

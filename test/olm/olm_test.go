@@ -30,6 +30,7 @@ import (
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
 	"github.com/phalanks/phalanks-operator/test/harness/crds"
+	"github.com/phalanks/phalanks-operator/test/harness/replicas"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 	"github.com/phalanks/phalanks-operator/test/olm"
 )
@@ -122,6 +123,8 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 
 		By("configuring the operator through the Subscription's spec.config.env and the configuration ConfigMap")
 		expectConfiguredBySubscription(previous)
+		By("running the replicas the ConfigMap asks for, each a member of the StorageBucket ring")
+		expectOperatorReplicas(previous, 3)
 
 		By("having unpacked the bundle image with a Job on the node")
 		expectBundleUnpacked(previous)
@@ -244,6 +247,15 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 
 		By("rolling the operator's pod over to the new release's image, still configured by the Subscription and the ConfigMap")
 		expectConfiguredBySubscription(current)
+		By("running the ConfigMap's three replicas again, which OLM set back to one, and keeping them: OLM and the operator do not fight")
+		expectOperatorReplicas(current, 3)
+		Consistently(func(g Gomega) {
+			alive()
+			g.Expect(replicas.Check(ctx, k8s, installNamespace, deploymentName(current), 3)).To(Succeed())
+			csv := &operatorsv1alpha1.ClusterServiceVersion{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: current.CSVName()}, csv)).To(Succeed())
+			g.Expect(csv.Status.Phase).To(Equal(operatorsv1alpha1.CSVPhaseSucceeded), "CSV %s: %s", csv.Status.Reason, csv.Status.Message)
+		}).WithTimeout(30 * time.Second).WithPolling(poll).Should(Succeed())
 
 		By("reading every object as before, in every served version")
 		Eventually(func(g Gomega) { g.Expect(readSnapshot("")).To(Equal(before)) }).
@@ -466,8 +478,9 @@ func expectPodOf(r *olm.Release) []corev1.Pod {
 var subscriptionEnv = corev1.EnvVar{Name: "PHALANKS_ZAP_ENCODER", Value: "console"}
 
 // configMapSettings are what the configuration ConfigMap in the install namespace sets:
-// a setting read at start, which the operator's start log lists.
-var configMapSettings = map[string]string{"scaling-grace-period": "20m"}
+// a setting read at start, which the operator's start log lists, and the operator's
+// replica count, which OLM sets back to the CSV's (none: 1) at every upgrade.
+var configMapSettings = map[string]string{"scaling-grace-period": "20m", "operator-replicas": "3"}
 
 // expectConfiguredBySubscription checks that the release's operator pods run with the
 // Subscription's spec.config.env, and that the operator took the setting: its log lines
@@ -481,9 +494,19 @@ func expectConfiguredBySubscription(r *olm.Release) {
 		first, _, _ := strings.Cut(log, "\n")
 		Expect(first).To(MatchRegexp(`^\d{4}-\d\d-\d\dT\S+\t(INFO|DEBUG|ERROR)\t`), "pod %s/%s logs in zap's console encoding", pod.Namespace, pod.Name)
 		Expect(log).NotTo(ContainSubstring(`{"level":`), "pod %s/%s still logs JSON", pod.Namespace, pod.Name)
-		Expect(log).To(MatchRegexp(`settings from the configuration ConfigMap\t\{"configMap": "phalanks-operator-config", "flags": \["scaling-grace-period"\]\}`),
+		Expect(log).To(MatchRegexp(`settings from the configuration ConfigMap\t\{"configMap": "phalanks-operator-config", "flags": \["operator-replicas", "scaling-grace-period"\]\}`),
 			"pod %s/%s read the configuration ConfigMap at its start", pod.Namespace, pod.Name)
 	}
+}
+
+// expectOperatorReplicas waits until the release's operator Deployment runs n
+// replicas, all available, each a live member of the StorageBucket ring.
+func expectOperatorReplicas(r *olm.Release, n int32) {
+	GinkgoHelper()
+	Eventually(func() error {
+		alive()
+		return replicas.Check(ctx, k8s, installNamespace, deploymentName(r), n)
+	}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
 }
 
 // expectBundleUnpacked checks that OLM unpacked the release's bundle image with a Job on

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -36,6 +37,7 @@ import (
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/hack/olm/bundle"
+	"github.com/phalanks/phalanks-operator/test/harness/replicas"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 	"github.com/phalanks/phalanks-operator/test/olm"
 	"github.com/phalanks/phalanks-operator/test/olmv1"
@@ -231,8 +233,46 @@ func expectConfiguredByConfigMap(r *olm.Release) {
 	Expect(k8s.List(ctx, pods, client.InNamespace(installNamespace), client.MatchingLabelsSelector{Selector: sel})).To(Succeed())
 	Expect(pods.Items).NotTo(BeEmpty())
 	for _, pod := range pods.Items {
-		Expect(podLog(pod.Namespace, pod.Name)).To(ContainSubstring(`"msg":"settings from the configuration ConfigMap","configMap":"phalanks-operator-config","flags":["scaling-grace-period"]`),
+		Expect(podLog(pod.Namespace, pod.Name)).To(ContainSubstring(`"msg":"settings from the configuration ConfigMap","configMap":"phalanks-operator-config","flags":["operator-replicas","scaling-grace-period"]`),
 			"pod %s/%s read the configuration ConfigMap at its start", pod.Namespace, pod.Name)
+	}
+}
+
+// expectOperatorReplicas waits until the release's operator Deployment runs n
+// replicas, all available, each a live member of the StorageBucket ring.
+func expectOperatorReplicas(r *olm.Release, n int32) {
+	GinkgoHelper()
+	Eventually(func() error {
+		alive()
+		return replicas.Check(ctx, k8s, installNamespace, deploymentName(r), n)
+	}).WithTimeout(installTimeout).WithPolling(poll).Should(Succeed())
+}
+
+// watchReplicas reads the operator Deployment's spec.replicas every half second until
+// the spec ends; the function it returns gives the lowest count read so far.
+func watchReplicas(name string) func() int32 {
+	var (
+		mu     sync.Mutex
+		lowest int32 = math.MaxInt32
+	)
+	wctx, cancel := context.WithCancel(ctx)
+	DeferCleanup(cancel)
+	go func() {
+		defer GinkgoRecover()
+		for wctx.Err() == nil {
+			dep := &appsv1.Deployment{}
+			if err := k8s.Get(wctx, client.ObjectKey{Namespace: installNamespace, Name: name}, dep); err == nil && dep.Spec.Replicas != nil {
+				mu.Lock()
+				lowest = min(lowest, *dep.Spec.Replicas)
+				mu.Unlock()
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+	return func() int32 {
+		mu.Lock()
+		defer mu.Unlock()
+		return lowest
 	}
 }
 

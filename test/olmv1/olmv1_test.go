@@ -147,7 +147,7 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 		By("configuring the operator the only way OLM v1 allows: the configuration ConfigMap in the install namespace")
 		Expect(k8s.Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: "phalanks-operator-config"},
-			Data:       map[string]string{"scaling-grace-period": "20m"},
+			Data:       map[string]string{"scaling-grace-period": "20m", "operator-replicas": "3"},
 		})).To(Succeed())
 		By("applying the ClusterExtension of docs/install-olm.md, which has no version")
 		ce := docsObject("ClusterExtension")
@@ -162,6 +162,8 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 		expectPodsOf(previous)
 		expectConfiguredByConfigMap(previous)
 		expectWebhookCertificate(previous)
+		By("running the three replicas the ConfigMap asks for, which the first release's CSV did not own")
+		expectOperatorReplicas(previous, 3)
 	})
 
 	It("documents an installer service account (v1.10 and earlier) that may manage everything OLM v1 installed and grant everything it granted", func() {
@@ -270,11 +272,16 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 
 	It("upgrades to the next release when the catalog offers it, and keeps every object in both versions and every bucket's data", func() {
 		beforeUpgrade = snapshot()
+		// Neither release's Deployment sets a replica count, so the upgrade keeps the
+		// operator's own.
+		lowest := watchReplicas(deploymentName(previous))
 		setCatalogImage(upgradeCatalogImage)
 		expectInstalled(current)
 		expectPodsOf(current)
 		expectConfiguredByConfigMap(current)
 		expectWebhookCertificate(current)
+		expectOperatorReplicas(current, 3)
+		Expect(lowest()).To(BeEquivalentTo(3), "the operator's replica count during the upgrade")
 		Eventually(func(g Gomega) { g.Expect(readSnapshot()).To(Equal(beforeUpgrade)) }).
 			WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
 		for _, name := range buckets {

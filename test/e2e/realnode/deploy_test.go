@@ -18,17 +18,21 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/controllers/foo"
 	"github.com/phalanks/phalanks-operator/internal/certrotation"
 	"github.com/phalanks/phalanks-operator/test/harness/deploy"
+	"github.com/phalanks/phalanks-operator/test/harness/replicas"
 	"github.com/phalanks/phalanks-operator/test/harness/samples"
 )
 
@@ -123,7 +127,51 @@ func deploySpecs() bool {
 				Expect(p.Spec.Containers[0].Args).To(ContainElements(managerFlags))
 			}
 		})
+
+		It("keeps its own replica count from its configuration ConfigMap, one replica at a time, each a member of the StorageBucket ring", func() {
+			cm := &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "phalanks-operator-config"},
+				Data:       map[string]string{"operator-replicas": "3"},
+			}
+			Expect(k8s.Create(ctx, cm)).To(Succeed())
+			DeferCleanup(func() { _ = k8s.Delete(context.Background(), cm) })
+			expectReplicas(3)
+			reasons := func(g Gomega) []string {
+				list := &eventsv1.EventList{}
+				g.Expect(k8s.List(ctx, list, client.InNamespace(operatorNamespace))).To(Succeed())
+				var out []string
+				for _, e := range list.Items {
+					if e.Regarding.Kind == "Deployment" && e.Regarding.Name == operatorDeployment {
+						out = append(out, e.Reason+": "+e.Note)
+					}
+				}
+				return out
+			}
+			Eventually(reasons).Should(ContainElement(ContainSubstring("OperatorScaled: Scaled from 2 to 3 replicas towards 3")))
+
+			By("a count set by hand is set back to the configured one")
+			dep := &appsv1.Deployment{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorDeployment}, dep)).To(Succeed())
+			base := dep.DeepCopy()
+			dep.Spec.Replicas = ptr.To[int32](1)
+			Expect(k8s.Patch(ctx, dep, client.MergeFrom(base))).To(Succeed())
+			expectReplicas(3)
+
+			By("deleting the ConfigMap: back to the default of two")
+			Expect(k8s.Delete(ctx, cm)).To(Succeed())
+			expectReplicas(2)
+		})
 	})
+}
+
+// expectReplicas waits until the operator's Deployment runs n replicas, all available,
+// and the StorageBucket ring has exactly their pods as live members.
+func expectReplicas(n int32) {
+	GinkgoHelper()
+	Eventually(func() error {
+		alive()
+		return replicas.Check(ctx, k8s, operatorNamespace, operatorDeployment, n)
+	}).WithTimeout(3 * podTimeout).WithPolling(poll).Should(Succeed())
 }
 
 func samplesSpecs() bool {
