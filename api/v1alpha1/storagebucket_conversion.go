@@ -152,7 +152,7 @@ func validSpec(saved, derived phalanksv1beta1.StorageBucketSpec) phalanksv1beta1
 	if b := s.CABundle; b != nil && ((b.ConfigMapKeyRef == nil) == (b.SecretKeyRef == nil) || !validKeyRef(b.ConfigMapKeyRef) || !validKeyRef(b.SecretKeyRef)) {
 		s.CABundle = nil
 	}
-	if r := s.CredentialsSecretRef; r != nil && (!validName(r.Name) || len(r.AccessKeyIDKey) > 253 || len(r.SecretAccessKeyKey) > 253) {
+	if r := s.CredentialsSecretRef; r != nil && (!validName(r.Name) || len(r.AccessKeyIDKey) > 253 || len(r.SecretAccessKeyKey) > 253 || len(r.SessionTokenKey) > 253) {
 		s.CredentialsSecretRef = derived.CredentialsSecretRef.DeepCopy()
 	}
 	return s

@@ -106,7 +106,7 @@ const (
 )
 
 // CredentialsSecretReference names a Secret in the StorageBucket's namespace that holds
-// an S3 access key pair.
+// an S3 access key pair, and for temporary credentials their session token.
 type CredentialsSecretReference struct {
 	// name of the Secret.
 	// +required
@@ -127,6 +127,16 @@ type CredentialsSecretReference struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	SecretAccessKeyKey string `json:"secretAccessKeyKey,omitempty"`
+
+	// sessionTokenKey is the Secret key holding the session token of temporary
+	// credentials (issued by an STS or a vault outside the cluster, e.g. the key
+	// AWS_SESSION_TOKEN). Unset, the key pair is used without one. Whoever issues the
+	// credentials replaces all three in the Secret before they expire; the next probe
+	// uses the new ones.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	SessionTokenKey string `json:"sessionTokenKey,omitempty"`
 }
 
 // Default key names in the credentials Secret, as the AWS tools name them.

@@ -116,10 +116,18 @@ type refData struct {
 	values          map[string][]byte
 	// gone is set when the object was deleted; the values are what it held last.
 	gone bool
-	// creds is the key pair last made of values, and the keys it was made of: every
-	// probe of every StorageBucket that uses the Secret takes the same one.
-	creds            *s3probe.Credentials
-	idKey, secretKey string
+	// creds is the key pair (and token) last made of values, and the keys it was made
+	// of: every probe of every StorageBucket that uses the Secret takes the same one.
+	creds *s3probe.Credentials
+	keys  credentialKeys
+}
+
+// credentialKeys are the Secret keys of a key pair and its session token (empty: none).
+type credentialKeys struct{ id, secret, token string }
+
+func credentialKeysOf(ref *phalanksv1beta1.CredentialsSecretReference) credentialKeys {
+	id, secret := ref.Keys()
+	return credentialKeys{id: id, secret: secret, token: ref.SessionTokenKey}
 }
 
 // refState is what a read found.
@@ -297,18 +305,22 @@ func (r *refReader) usersOf(key refKey) []bucketRef {
 	return out
 }
 
-// credentials returns the key pair under idKey and secretKey of the object's values read
-// at resourceVersion rv, made once per version and keys.
-func (r *refReader) credentials(key refKey, rv, idKey, secretKey string, values map[string][]byte) *s3probe.Credentials {
+// credentials returns the key pair and token under keys of the object's values read at
+// resourceVersion rv, made once per version and keys.
+func (r *refReader) credentials(key refKey, rv string, keys credentialKeys, values map[string][]byte) *s3probe.Credentials {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	d, ok := r.data[key]
-	if ok && d.resourceVersion == rv && d.creds != nil && d.idKey == idKey && d.secretKey == secretKey {
+	if ok && d.resourceVersion == rv && d.creds != nil && d.keys == keys {
 		return d.creds
 	}
-	creds := s3probe.NewCredentials(string(values[idKey]), string(values[secretKey]))
+	var token string
+	if keys.token != "" {
+		token = string(values[keys.token])
+	}
+	creds := s3probe.NewCredentials(string(values[keys.id]), string(values[keys.secret]), token)
 	if ok && d.resourceVersion == rv {
-		d.creds, d.idKey, d.secretKey = creds, idKey, secretKey
+		d.creds, d.keys = creds, keys
 		r.data[key] = d
 	}
 	return creds
@@ -431,18 +443,21 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 		}
 		fp.secret = refVersion{resourceVersion: rv, state: state}
 		in.grandfathered = grandfatherNotice(sb, state)
-		idKey, secretKey := ref.Keys()
+		keys := credentialKeysOf(ref)
 		switch {
 		case state == refNotFound:
 			in.failure = taxonomy.NewFailure(taxonomy.ReasonSecretNotFound, nil, "credentials Secret %q does not exist", ref.Name)
 		case state == refNotLabeled:
 			in.failure = notLabeled(sb.Namespace, ref.Name, "the credentials", taxonomy.CheckAuthenticated)
-		case len(data[idKey]) == 0:
-			in.failure = taxonomy.NewFailure(taxonomy.ReasonSecretKeyMissing, nil, "credentials Secret %q has no value for key %q", ref.Name, idKey)
-		case len(data[secretKey]) == 0:
-			in.failure = taxonomy.NewFailure(taxonomy.ReasonSecretKeyMissing, nil, "credentials Secret %q has no value for key %q", ref.Name, secretKey)
+		case len(data[keys.id]) == 0:
+			in.failure = taxonomy.NewFailure(taxonomy.ReasonSecretKeyMissing, nil, "credentials Secret %q has no value for key %q", ref.Name, keys.id)
+		case len(data[keys.secret]) == 0:
+			in.failure = taxonomy.NewFailure(taxonomy.ReasonSecretKeyMissing, nil, "credentials Secret %q has no value for key %q", ref.Name, keys.secret)
+		case keys.token != "" && len(data[keys.token]) == 0:
+			in.failure = taxonomy.NewFailure(taxonomy.ReasonSecretKeyMissing, nil,
+				"credentials Secret %q has no value for key %q, which sessionTokenKey names", ref.Name, keys.token)
 		default:
-			in.endpoint.Credentials = r.refs.credentials(rk, rv, idKey, secretKey, data)
+			in.endpoint.Credentials = r.refs.credentials(rk, rv, keys, data)
 		}
 	}
 	in.fingerprint = fp

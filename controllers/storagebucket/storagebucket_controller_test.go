@@ -2,9 +2,11 @@ package storagebucket_test
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	miniogo "github.com/minio/minio-go/v7"
+	miniocreds "github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/minio/minio-go/v7/pkg/tags"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -99,6 +101,55 @@ var _ = Describe("StorageBucket probing", func() {
 		Expect(k8s.Update(ctx, sec)).To(Succeed())
 		// At once: the Secret's change makes the bucket due, not its next interval.
 		eventuallyReady(sb, metav1.ConditionFalse, "InvalidCredentials", sb.Spec.HealthCheck.IntervalDuration())
+	})
+
+	It("probes with temporary credentials and their session token, which MinIO's STS issued, and takes new ones at once", func() {
+		Expect(s3.MakeBucket(ctx, "session-bucket", miniogo.MakeBucketOptions{})).To(Succeed())
+		issue := func() miniocreds.Value {
+			GinkgoHelper()
+			sts, err := miniocreds.NewSTSAssumeRole(s3.URL, miniocreds.STSAssumeRoleOptions{
+				AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Location: s3.Region, DurationSeconds: 900})
+			Expect(err).NotTo(HaveOccurred())
+			v, err := sts.GetWithContext(&miniocreds.CredContext{Client: http.DefaultClient})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(v.SessionToken).NotTo(BeEmpty(), "MinIO's STS issued temporary credentials")
+			return v
+		}
+		temp := issue()
+		sec := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "temporary", Labels: map[string]string{phalanksv1beta1.LabelSecretAllowed: "true"}},
+			StringData: map[string]string{"AWS_ACCESS_KEY_ID": temp.AccessKeyID, "AWS_SECRET_ACCESS_KEY": temp.SecretAccessKey,
+				"AWS_SESSION_TOKEN": temp.SessionToken},
+		}
+		create(sec)
+		withToken := newBucket(ns, "with-token", "session-bucket", s3)
+		withToken.Spec.CredentialsSecretRef = &phalanksv1beta1.CredentialsSecretReference{Name: "temporary", SessionTokenKey: "AWS_SESSION_TOKEN"}
+		create(withToken)
+		// The same key pair without its token is refused by the server.
+		withoutToken := newBucket(ns, "without-token", "session-bucket", s3)
+		withoutToken.Spec.CredentialsSecretRef = &phalanksv1beta1.CredentialsSecretReference{Name: "temporary"}
+		create(withoutToken)
+		// A token key the Secret lacks is said so before any request.
+		wrongKey := newBucket(ns, "wrong-token-key", "session-bucket", s3)
+		wrongKey.Spec.CredentialsSecretRef = &phalanksv1beta1.CredentialsSecretReference{Name: "temporary", SessionTokenKey: "SESSION_TOKEN"}
+		create(wrongKey)
+
+		eventuallyReady(withToken, metav1.ConditionTrue, "BucketReady", 30*time.Second)
+		eventuallyReady(withoutToken, metav1.ConditionFalse, "InvalidCredentials", 30*time.Second)
+		eventuallyReady(wrongKey, metav1.ConditionFalse, "SecretKeyMissing", 30*time.Second)
+		Expect(condition(get(wrongKey), phalanksv1beta1.ConditionReady).Message).To(ContainSubstring(`no value for key "SESSION_TOKEN", which sessionTokenKey names`))
+
+		By("taking the credentials the issuer wrote next, and a token that is not theirs is refused")
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sec), sec)).To(Succeed())
+		next := issue()
+		sec.Data = map[string][]byte{"AWS_ACCESS_KEY_ID": []byte(next.AccessKeyID), "AWS_SECRET_ACCESS_KEY": []byte(next.SecretAccessKey),
+			"AWS_SESSION_TOKEN": []byte(temp.SessionToken)}
+		Expect(k8s.Update(ctx, sec)).To(Succeed())
+		eventuallyReady(withToken, metav1.ConditionFalse, "InvalidCredentials", withToken.Spec.HealthCheck.IntervalDuration())
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sec), sec)).To(Succeed())
+		sec.Data["AWS_SESSION_TOKEN"] = []byte(next.SessionToken)
+		Expect(k8s.Update(ctx, sec)).To(Succeed())
+		eventuallyReady(withToken, metav1.ConditionTrue, "BucketReady", withToken.Spec.HealthCheck.IntervalDuration())
 	})
 
 	It("reports InvalidCredentials for a wrong key pair and AccessDenied for anonymous access", func() {

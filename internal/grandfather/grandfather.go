@@ -81,7 +81,13 @@ func KeyOf(sb *phalanksv1beta1.StorageBucket) (Key, bool) {
 	}
 	idKey, secretKey := ref.Keys()
 	h := sha256.New()
-	for _, part := range []string{string(sb.UID), ref.Name, idKey, secretKey, sb.Spec.Endpoint} {
+	parts := []string{string(sb.UID), ref.Name, idKey, secretKey, sb.Spec.Endpoint}
+	if ref.SessionTokenKey != "" {
+		// A token key added later sends one more value of the Secret: a new reference.
+		// Without one, the keys recorded before the field existed stay what they were.
+		parts = append(parts, ref.SessionTokenKey)
+	}
+	for _, part := range parts {
 		h.Write([]byte(part))
 		h.Write([]byte{0})
 	}

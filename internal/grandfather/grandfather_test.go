@@ -53,6 +53,9 @@ func TestAKeyIsTheWholeReference(t *testing.T) {
 		"another secret access key key": func(sb *phalanksv1beta1.StorageBucket) {
 			sb.Spec.CredentialsSecretRef.SecretAccessKeyKey = "token"
 		},
+		"a session token key added (one more value of the Secret sent)": func(sb *phalanksv1beta1.StorageBucket) {
+			sb.Spec.CredentialsSecretRef.SessionTokenKey = "AWS_SESSION_TOKEN"
+		},
 		"parts moved across the separator": func(sb *phalanksv1beta1.StorageBucket) {
 			sb.UID, sb.Spec.CredentialsSecretRef.Name = "uid-1c", "reds"
 		},

@@ -29,15 +29,23 @@ import (
 type Credentials struct {
 	AccessKeyID     string
 	SecretAccessKey string
-	// secretHash is the secret's SHA-256 (what the client cache is keyed by), when
-	// NewCredentials made it once for every probe that uses the pair.
+	// SessionToken is the token of temporary credentials; empty for a plain key pair.
+	SessionToken string
+	// secretHash is the SHA-256 of the secret and the token (what the client cache is
+	// keyed by), when NewCredentials made it once for every probe that uses them.
 	secretHash *[sha256.Size]byte
 }
 
-// NewCredentials returns the key pair with what the Pool keys its clients by made once.
-func NewCredentials(accessKeyID, secretAccessKey string) *Credentials {
-	h := sha256.Sum256([]byte(secretAccessKey))
-	return &Credentials{AccessKeyID: accessKeyID, SecretAccessKey: secretAccessKey, secretHash: &h}
+// NewCredentials returns the key pair and session token (empty: none) with what the
+// Pool keys its clients by made once.
+func NewCredentials(accessKeyID, secretAccessKey, sessionToken string) *Credentials {
+	h := secretHash(secretAccessKey, sessionToken)
+	return &Credentials{AccessKeyID: accessKeyID, SecretAccessKey: secretAccessKey, SessionToken: sessionToken, secretHash: &h}
+}
+
+// secretHash keys a client by the secret and the token: a new token is a new client.
+func secretHash(secretAccessKey, sessionToken string) [sha256.Size]byte {
+	return sha256.Sum256([]byte(secretAccessKey + "\x00" + sessionToken))
 }
 
 // String hides the key pair from logs and error messages.
@@ -186,7 +194,7 @@ func (p *Pool) Conn(e Endpoint) (*Conn, error) {
 		if h := e.Credentials.secretHash; h != nil {
 			ck.secretHash = *h
 		} else {
-			ck.secretHash = sha256.Sum256([]byte(e.Credentials.SecretAccessKey))
+			ck.secretHash = secretHash(e.Credentials.SecretAccessKey, e.Credentials.SessionToken)
 		}
 	}
 
@@ -326,7 +334,7 @@ func (p *Pool) newTransport(u *url.URL, secure bool, caBundle []byte) (*transpor
 func newClient(host string, secure bool, rt http.RoundTripper, e Endpoint) (*miniogo.Client, error) {
 	creds := credentials.NewStatic("", "", "", credentials.SignatureAnonymous)
 	if e.Credentials != nil {
-		creds = credentials.NewStaticV4(e.Credentials.AccessKeyID, e.Credentials.SecretAccessKey, "")
+		creds = credentials.NewStaticV4(e.Credentials.AccessKeyID, e.Credentials.SecretAccessKey, e.Credentials.SessionToken)
 	}
 	lookup := miniogo.BucketLookupAuto
 	switch e.Addressing {

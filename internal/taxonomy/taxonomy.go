@@ -262,10 +262,13 @@ func certNames(c *x509.Certificate) string {
 	return strings.Join(names, ", ")
 }
 
-// S3 error codes that mean the credentials themselves are wrong.
+// S3 error codes that mean the credentials themselves are wrong. InvalidTokenId is
+// MinIO's answer to temporary keys sent without their session token (or with another's),
+// InvalidClientTokenId AWS's.
 var invalidCredentialCodes = map[string]bool{
 	"InvalidAccessKeyId": true, "SignatureDoesNotMatch": true, "InvalidToken": true, "ExpiredToken": true,
 	"TokenRefreshRequired": true, "InvalidSecurity": true, "XMinioInvalidIAMCredentials": true,
+	"InvalidTokenId": true, "InvalidClientTokenId": true,
 }
 
 func classifyS3(err error, s Subject) *Failure {

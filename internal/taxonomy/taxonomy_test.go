@@ -37,6 +37,10 @@ func TestClassifiesS3Answers(t *testing.T) {
 			resp:       miniogo.ErrorResponse{StatusCode: 400, Code: "ExpiredToken", Message: "The provided token has expired."},
 			wantReason: taxonomy.ReasonInvalidCredentials, wantCheck: taxonomy.CheckAuthenticated, wantInMsg: "ExpiredToken",
 		},
+		"temporary keys without their session token (MinIO's 403 InvalidTokenId) are InvalidCredentials": {
+			resp:       miniogo.ErrorResponse{StatusCode: 403, Code: "InvalidTokenId", Message: "The security token included in the request is invalid"},
+			wantReason: taxonomy.ReasonInvalidCredentials, wantCheck: taxonomy.CheckAuthenticated, wantInMsg: "InvalidTokenId",
+		},
 		"a bare 403 is AccessDenied": {
 			resp:       miniogo.ErrorResponse{StatusCode: 403, Code: "AccessDenied", Message: "Access Denied"},
 			wantReason: taxonomy.ReasonAccessDenied, wantCheck: taxonomy.CheckAuthenticated, wantInMsg: `"photos"`,
