@@ -460,6 +460,9 @@ func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.Storage
 			in.endpoint.Credentials = r.refs.credentials(rk, rv, keys, data)
 		}
 	}
+	if sb.Spec.CredentialsSecretRef == nil && r.opts.AmbientCredentials {
+		in.endpoint.Credentials = s3probe.AmbientCredentials
+	}
 	in.fingerprint = fp
 	return in, nil
 }

@@ -51,6 +51,9 @@ type Options struct {
 	// EndpointAllowUnresolvableViaProxy trusts the egress proxy's resolution of an
 	// endpoint name that does not resolve where the operator runs.
 	EndpointAllowUnresolvableViaProxy bool
+	// AmbientCredentials gives a StorageBucket without a credentials Secret the
+	// operator's own credentials (s3probe.AmbientCredentials) instead of none.
+	AmbientCredentials bool
 	// NamespaceDeletionTimeout is how long a StorageBucket in a namespace being deleted
 	// waits for its bucket to be deleted before it lets go and keeps the bucket.
 	NamespaceDeletionTimeout time.Duration
@@ -109,6 +112,10 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"With an egress proxy (HTTPS_PROXY, HTTP_PROXY), allow StorageBucket endpoints whose names do not resolve where the "+
 			"operator runs, trusting the proxy's resolution and its egress policy. Off, such a name is denied: the operator "+
 			"cannot check where it leads.")
+	fs.BoolVar(&o.AmbientCredentials, "storagebucket-ambient-credentials", false,
+		"Give StorageBuckets without credentialsSecretRef the operator's own credentials (its environment's AWS_ACCESS_KEY_ID, "+
+			"a web identity token file (IRSA), EKS Pod Identity, instance metadata) instead of anonymous requests. Every "+
+			"namespace that can create a StorageBucket then acts with the operator's rights: for single-tenant clusters only.")
 	fs.DurationVar(&o.NamespaceDeletionTimeout, "storagebucket-namespace-deletion-timeout", defaultNamespaceDeletionTimeout,
 		"How long a StorageBucket with deletionPolicy Delete in a namespace being deleted waits for its bucket to be "+
 			"deleted; then it lets go, keeping the bucket, so the namespace deletion completes.")

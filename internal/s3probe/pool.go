@@ -34,7 +34,18 @@ type Credentials struct {
 	// secretHash is the SHA-256 of the secret and the token (what the client cache is
 	// keyed by), when NewCredentials made it once for every probe that uses them.
 	secretHash *[sha256.Size]byte
+	// ambient: the operator's own credentials, from its environment (AmbientCredentials).
+	ambient bool
 }
+
+// AmbientCredentials are the operator process's own credentials, looked up as the AWS
+// SDKs do: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), MinIO's
+// MINIO_ACCESS_KEY and MINIO_SECRET_KEY, then the IAM sources: a web identity token
+// file (IRSA: AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN), the container credentials
+// endpoint (EKS Pod Identity, ECS) and the instance metadata service. Temporary ones are
+// renewed before they expire. Only this lookup reaches the metadata service: the
+// endpoint policy still applies to every StorageBucket's endpoint.
+var AmbientCredentials = &Credentials{ambient: true}
 
 // NewCredentials returns the key pair and session token (empty: none) with what the
 // Pool keys its clients by made once.
@@ -138,6 +149,7 @@ type transportKey struct {
 type clientKey struct {
 	accessKey  string
 	secretHash [sha256.Size]byte
+	ambient    bool
 	region     string
 	addressing Addressing
 }
@@ -189,7 +201,9 @@ func (p *Pool) Conn(e Endpoint) (*Conn, error) {
 		tk.ca = sha256.Sum256(e.CABundle)
 	}
 	ck := clientKey{region: e.Region, addressing: e.Addressing}
-	if e.Credentials != nil {
+	if e.Credentials != nil && e.Credentials.ambient {
+		ck.ambient = true
+	} else if e.Credentials != nil {
 		ck.accessKey = e.Credentials.AccessKeyID
 		if h := e.Credentials.secretHash; h != nil {
 			ck.secretHash = *h
@@ -333,7 +347,13 @@ func (p *Pool) newTransport(u *url.URL, secure bool, caBundle []byte) (*transpor
 
 func newClient(host string, secure bool, rt http.RoundTripper, e Endpoint) (*miniogo.Client, error) {
 	creds := credentials.NewStatic("", "", "", credentials.SignatureAnonymous)
-	if e.Credentials != nil {
+	switch {
+	case e.Credentials != nil && e.Credentials.ambient:
+		// One chain per client, which caches what it found until it expires.
+		creds = credentials.NewChainCredentials([]credentials.Provider{
+			&credentials.EnvAWS{}, &credentials.EnvMinio{}, &credentials.IAM{Client: &http.Client{Timeout: 10 * time.Second}},
+		})
+	case e.Credentials != nil:
 		creds = credentials.NewStaticV4(e.Credentials.AccessKeyID, e.Credentials.SecretAccessKey, e.Credentials.SessionToken)
 	}
 	lookup := miniogo.BucketLookupAuto

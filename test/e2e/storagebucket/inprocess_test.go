@@ -48,8 +48,9 @@ type inProcess struct {
 
 // startInProcess runs a manager with the StorageBucket controller whose cache reaches
 // the API server through a TCP proxy. shard, when set, makes it a ring member;
-// leaderElection names a leader election Lease it competes for.
-func startInProcess(p *platform, shard *sharding.Member, leaderElection string) *inProcess {
+// leaderElection names a leader election Lease it competes for; options change the
+// controller's options.
+func startInProcess(p *platform, shard *sharding.Member, leaderElection string, options ...func(*storagebucket.Options)) *inProcess {
 	GinkgoHelper()
 	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	u, err := url.Parse(p.env.Config.Host)
@@ -74,8 +75,11 @@ func startInProcess(p *platform, shard *sharding.Member, leaderElection string) 
 	}
 	mgr, err := ctrl.NewManager(p.env.Config, opts)
 	Expect(err).NotTo(HaveOccurred())
-	_, err = storagebucket.SetupWithManager(mgr, storagebucket.Options{Concurrency: 2, Shard: shard,
-		EndpointAllowCIDRs: []string{"127.0.0.1/32"}})
+	o := storagebucket.Options{Concurrency: 2, Shard: shard, EndpointAllowCIDRs: []string{"127.0.0.1/32"}}
+	for _, f := range options {
+		f(&o)
+	}
+	_, err = storagebucket.SetupWithManager(mgr, o)
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
