@@ -128,7 +128,9 @@ func (k *Keeper) Start(ctx context.Context) error {
 }
 
 // Step moves the Deployment one step towards the count: down to it at once, or up by
-// one replica once the Deployment is Available with every replica it has up.
+// one replica once the Deployment is Available with every replica it has up. A
+// Deployment scaled to zero is an operator paused on purpose, and is left so: the
+// replica that sees it is on its way out.
 func (k *Keeper) Step(ctx context.Context) error {
 	want := k.replicas.Load()
 	if want == 0 {
@@ -144,7 +146,7 @@ func (k *Keeper) Step(ctx context.Context) error {
 	}
 	next := want
 	switch {
-	case have == want:
+	case have == want, have == 0:
 		return nil
 	case have < want:
 		if !settled(dep, have) {

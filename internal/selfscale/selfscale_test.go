@@ -27,7 +27,8 @@ const ns = "operator"
 // Against a real API server, which has no Deployment controller: the test plays it,
 // writing each Deployment's status as its pods would come up. The Keeper finds its
 // Deployment through the owners of its Pod, raises the count one replica at a time
-// once every replica is available, lowers it at once, and leaves alone a decoy that
+// once every replica is available, lowers it at once, leaves a Deployment scaled to
+// zero (a paused operator) so, and leaves alone a decoy that
 // carries the operator's name and labels, a count of 0, and a Pod that no Deployment
 // runs.
 func TestTheKeeperScalesItsOwnDeploymentOnly(t *testing.T) {
@@ -95,6 +96,9 @@ func TestTheKeeperScalesItsOwnDeploymentOnly(t *testing.T) {
 
 	k.Set(1)
 	step(1, "down to the count at once")
+	must(t, c.SubResource("scale").Update(ctx, own, client.WithSubResourceBody(scaleTo(own, 0))))
+	rollOut(t, c, own)
+	step(0, "scaled to zero by hand: a paused operator, left so")
 	k.Set(0)
 	must(t, c.SubResource("scale").Update(ctx, own, client.WithSubResourceBody(scaleTo(own, 5))))
 	step(5, "a count of 0 leaves the Deployment alone")
