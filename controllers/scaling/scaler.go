@@ -10,9 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -105,18 +103,7 @@ func (s *scaler) resync(newList func() client.ObjectList) source.TypedSource[rec
 	s.resyncs = append(s.resyncs, ch)
 	s.mu.Unlock()
 	return source.Channel(ch, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, _ struct{}) []reconcile.Request {
-		list := newList()
-		if err := s.cache.List(ctx, list); err != nil {
-			return nil
-		}
-		var reqs []reconcile.Request
-		_ = meta.EachListItem(list, func(o runtime.Object) error {
-			if obj, ok := o.(client.Object); ok {
-				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
-			}
-			return nil
-		})
-		return reqs
+		return requestsFor(ctx, s.cache, newList())
 	}))
 }
 

@@ -149,19 +149,24 @@ func objectPredicate(k *kind, s *scaler) predicate.TypedFuncs[client.Object] {
 // annotations or labels changed.
 func namespaceHandler(k *kind, reader client.Reader) handler.TypedEventHandler[client.Object, reconcile.Request] {
 	return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, ns client.Object) []reconcile.Request {
-		list := k.newList()
-		if err := reader.List(ctx, list, client.InNamespace(ns.GetName())); err != nil {
-			return nil
-		}
-		var reqs []reconcile.Request
-		_ = meta.EachListItem(list, func(o runtime.Object) error {
-			if obj, ok := o.(client.Object); ok {
-				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
-			}
-			return nil
-		})
-		return reqs
+		return requestsFor(ctx, reader, k.newList(), client.InNamespace(ns.GetName()))
 	})
+}
+
+// requestsFor returns a request for every object reader lists into list; none when the
+// list fails.
+func requestsFor(ctx context.Context, reader client.Reader, list client.ObjectList, opts ...client.ListOption) []reconcile.Request {
+	if err := reader.List(ctx, list, opts...); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		if obj, ok := o.(client.Object); ok {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
+		}
+		return nil
+	})
+	return reqs
 }
 
 // namespaceKeys are the annotations of a Namespace that decisions read.
