@@ -181,7 +181,9 @@ func TestRealNodeRunsPods(t *testing.T) {
 	// Stopped with a pod running: the teardown must still leave nothing behind.
 	stopped = true
 	g.Expect(c.Shutdown()).To(Succeed())
-	g.Expect(snapshot(t, ignore...)).To(Equal(before))
+	// A process of either node may still be on its way out (the second node's teardown
+	// runs beside this one); one that stays is left behind.
+	g.Eventually(func() state { return snapshot(t, ignore...) }).WithTimeout(10 * time.Second).Should(Equal(before))
 }
 
 // startSecondNode runs this test again, in a sandbox of its own nested in this one.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
 )
@@ -51,7 +52,15 @@ func snapshot(t *testing.T, ignore ...int) state {
 		if pid == 1 || pid == os.Getpid() || descends(pid, ignore) {
 			continue
 		}
-		cmd, _ := os.ReadFile(p)
+		// A process that has exited holds nothing: gone, or a zombie its parent (often
+		// the sandbox's init, once a node's process is reparented) has not reaped yet.
+		if st, _, ok := procStat(pid); !ok || st == 'Z' || st == 'X' {
+			continue
+		}
+		cmd, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
 		s.Processes = append(s.Processes, filepath.Base(filepath.Dir(p))+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
 	}
 	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
@@ -97,16 +106,59 @@ func descends(pid int, ancestors []int) bool {
 		if slices.Contains(ancestors, pid) {
 			return true
 		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
+		var ok bool
+		if _, pid, ok = procStat(pid); !ok {
 			return false
 		}
-		// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) < 2 {
-			return false
-		}
-		pid, _ = strconv.Atoi(fields[1])
 	}
 	return false
+}
+
+// procStat reads a process's state letter and parent from /proc; ok is false once the
+// process is gone.
+func procStat(pid int) (state byte, ppid int, ok bool) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, false
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(fields) < 2 || len(fields[0]) != 1 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(fields[1])
+	return fields[0][0], ppid, err == nil
+}
+
+// The leak check counts a process that runs and not one that has exited but is not reaped
+// yet.
+func TestSnapshotCountsRunningProcessesOnly(t *testing.T) {
+	running := exec.Command("sleep", "60")
+	exited := exec.Command("true")
+	for _, c := range []*exec.Cmd{running, exited} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		_ = running.Process.Kill()
+		_ = running.Wait()
+		_ = exited.Wait()
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for st, _, _ := procStat(exited.Process.Pid); st != 'Z'; st, _, _ = procStat(exited.Process.Pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("true never became a zombie (state %q)", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	procs := snapshot(t).Processes
+	if want := fmt.Sprintf("%d sleep 60 ", running.Process.Pid); !slices.Contains(procs, want) {
+		t.Errorf("the running process %q is missing from %q", want, procs)
+	}
+	for _, p := range procs {
+		if strings.HasPrefix(p, strconv.Itoa(exited.Process.Pid)+" ") {
+			t.Errorf("the zombie is counted: %q", p)
+		}
+	}
 }
