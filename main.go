@@ -222,6 +222,11 @@ func parseConfig(args []string, cm *configMapData) (config, error) {
 			return c, err
 		}
 	}
+	if c.enabled[controllerStorageBucket] {
+		if err := c.storageBucket.ValidateProxy(); err != nil {
+			return c, err
+		}
+	}
 	if c.leaderElect {
 		if err := sharding.ValidateTiming(c.storageBucket.ShardLeaseDuration, c.storageBucket.ShardRenewPeriod); err != nil {
 			return c, fmt.Errorf("--storagebucket-shard-lease-duration and --storagebucket-shard-renew-period: %w", err)

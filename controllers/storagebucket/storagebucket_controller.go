@@ -6,6 +6,7 @@ package storagebucket
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpproxy"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,8 +73,14 @@ type Options struct {
 	Grandfathered *grandfather.Record
 	// Clock drives the schedule; nil means the real clock.
 	Clock clock.WithTickerAndDelayedExecution
-	// Resolver and Proxy replace the system resolver and the proxy from the environment,
-	// for tests; nil means the defaults.
+	// EgressProxy, when set, is the URL of the proxy of every request to a StorageBucket
+	// endpoint, plain and TLS, except to the hosts EgressNoProxy lists (NO_PROXY's
+	// syntax); empty leaves it to HTTPS_PROXY, HTTP_PROXY and NO_PROXY from the
+	// environment. ValidateProxy checks them.
+	EgressProxy   string
+	EgressNoProxy string
+	// Resolver and Proxy replace the system resolver and the proxy, for tests; nil means
+	// the defaults. Proxy wins over EgressProxy.
 	Resolver *net.Resolver
 	Proxy    func(*http.Request) (*url.URL, error)
 }
@@ -112,6 +120,16 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"With an egress proxy (HTTPS_PROXY, HTTP_PROXY), allow StorageBucket endpoints whose names do not resolve where the "+
 			"operator runs, trusting the proxy's resolution and its egress policy. Off, such a name is denied: the operator "+
 			"cannot check where it leads.")
+	// A function, not fs.StringVar: the flag package would quote a bad value in its
+	// error, and ValidateProxy says what is wrong without the password a URL may hold.
+	fs.Func("storagebucket-proxy",
+		"The proxy StorageBucket endpoints are reached through (an http://, https:// or socks5:// URL), for plain and TLS "+
+			"endpoints alike. Only these requests use it, never the Kubernetes client. Empty: HTTPS_PROXY, HTTP_PROXY "+
+			"and NO_PROXY from the environment decide.",
+		func(v string) error { o.EgressProxy = v; return nil })
+	fs.StringVar(&o.EgressNoProxy, "storagebucket-no-proxy", "",
+		"With --storagebucket-proxy, the endpoints reached directly, in NO_PROXY's syntax: comma-separated host names, "+
+			".domain suffixes, addresses and CIDR prefixes, each with an optional :port.")
 	fs.BoolVar(&o.AmbientCredentials, "storagebucket-ambient-credentials", false,
 		"Give StorageBuckets without credentialsSecretRef the operator's own credentials (its environment's AWS_ACCESS_KEY_ID, "+
 			"a web identity token file (IRSA), EKS Pod Identity, instance metadata) instead of anonymous requests. Every "+
@@ -130,6 +148,52 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"Whether each replica's StorageBucket informer asks the API server for its share only (KEP-5866 shard "+
 			"selectors, feature gate ShardedListAndWatch): auto (when the API server supports it), true, or false "+
 			"(hold every StorageBucket and filter in the replica).")
+}
+
+// parseProxyURL reads --storagebucket-proxy: empty is no proxy. A user name or password
+// in it is refused, since the configuration is not a Secret; no error quotes them.
+func parseProxyURL(v string) (*url.URL, error) {
+	if v = strings.TrimSpace(v); v == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(v)
+	switch {
+	case err != nil:
+		return nil, errors.New("--storagebucket-proxy is not a URL")
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "socks5":
+		return nil, fmt.Errorf("--storagebucket-proxy %q: the scheme must be http, https or socks5", u.Redacted())
+	case u.Host == "" || u.Hostname() == "":
+		return nil, fmt.Errorf("--storagebucket-proxy %q has no host", u.Redacted())
+	case u.User != nil:
+		return nil, fmt.Errorf("--storagebucket-proxy %q holds credentials, which the configuration must not: a proxy that needs them is not supported", u.Redacted())
+	case u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "":
+		return nil, fmt.Errorf("--storagebucket-proxy %q: a proxy URL is a scheme, a host and a port only", u.Redacted())
+	}
+	return u, nil
+}
+
+// ValidateProxy checks --storagebucket-proxy, and that --storagebucket-no-proxy comes
+// with it.
+func (o *Options) ValidateProxy() error {
+	if _, err := parseProxyURL(o.EgressProxy); err != nil {
+		return err
+	}
+	if o.EgressNoProxy != "" && strings.TrimSpace(o.EgressProxy) == "" {
+		return errors.New("--storagebucket-no-proxy is set without --storagebucket-proxy: NO_PROXY from the environment applies then")
+	}
+	return nil
+}
+
+// proxyFunc is the proxy choice of S3 requests: the test's, then --storagebucket-proxy's,
+// then nil (the environment's).
+func (o *Options) proxyFunc() func(*http.Request) (*url.URL, error) {
+	u, err := parseProxyURL(o.EgressProxy)
+	if o.Proxy != nil || u == nil || err != nil {
+		return o.Proxy
+	}
+	p := u.String()
+	choose := (&httpproxy.Config{HTTPProxy: p, HTTPSProxy: p, NoProxy: o.EgressNoProxy}).ProxyFunc()
+	return func(r *http.Request) (*url.URL, error) { return choose(r.URL) }
 }
 
 func appendCIDRs(to *[]string) func(string) error {
@@ -226,11 +290,14 @@ func (r *Reconciler) statusHeartbeat() time.Duration { return time.Duration(r.he
 // Secret informer and its leader-only ticker with the manager.
 func SetupWithManager(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 	o.defaults()
+	if err := o.ValidateProxy(); err != nil {
+		return nil, err
+	}
 	policy, err := s3probe.NewPolicy(o.EndpointAllowCIDRs, o.EndpointDenyCIDRs)
 	if err != nil {
 		return nil, err
 	}
-	pool := &s3probe.Pool{MaxIdleConnsPerHost: o.Concurrency, Clock: o.Clock, Policy: policy, Resolver: o.Resolver, Proxy: o.Proxy,
+	pool := &s3probe.Pool{MaxIdleConnsPerHost: o.Concurrency, Clock: o.Clock, Policy: policy, Resolver: o.Resolver, Proxy: o.proxyFunc(),
 		UnresolvableViaProxy: o.EndpointAllowUnresolvableViaProxy}
 	secrets, err := newSecretInformer(mgr)
 	if err != nil {
