@@ -239,3 +239,60 @@ func TestBundleSourceKeepsRotationOff(t *testing.T) {
 		}
 	}
 }
+
+// TestEgressComponentReachesTheManager: config/egress, added to an overlay of
+// config/default as docs/configuration.md says, gives the manager container the proxy
+// variables, a NO_PROXY with the API server's Service range, and SSL_CERT_FILE at a file
+// of the CA ConfigMap it mounts read-only; and changes nothing else of the pod.
+func TestEgressComponentReachesTheManager(t *testing.T) {
+	plain, plainPod := managerOf(t, render(t, "config/default"))
+	manager, pod := managerOf(t, render(t, "test/manifests/testdata/egress"))
+	env := map[string]string{}
+	for _, e := range manager.Env {
+		env[e.Name] = e.Value
+	}
+	for _, name := range []string{"HTTPS_PROXY", "HTTP_PROXY"} {
+		if env[name] == "" {
+			t.Errorf("%s is not set", name)
+		}
+	}
+	if !strings.Contains(env["NO_PROXY"], "10.96.0.0/12") || !strings.Contains(env["NO_PROXY"], ".svc") {
+		t.Errorf("NO_PROXY=%q leaves the API server's Service range or .svc to the proxy", env["NO_PROXY"])
+	}
+	var mount *corev1.VolumeMount
+	for i, m := range manager.VolumeMounts {
+		if strings.HasPrefix(env["SSL_CERT_FILE"], m.MountPath+"/") {
+			mount = &manager.VolumeMounts[i]
+		}
+	}
+	if mount == nil || !mount.ReadOnly {
+		t.Fatalf("SSL_CERT_FILE=%q is in no read-only mount of %+v", env["SSL_CERT_FILE"], manager.VolumeMounts)
+	}
+	var vol *corev1.Volume
+	for i, v := range pod.Volumes {
+		if v.Name == mount.Name {
+			vol = &pod.Volumes[i]
+		}
+	}
+	file := strings.TrimPrefix(env["SSL_CERT_FILE"], mount.MountPath+"/")
+	if vol == nil || vol.ConfigMap == nil || len(vol.ConfigMap.Items) != 1 || vol.ConfigMap.Items[0].Path != file {
+		t.Fatalf("the volume %q does not put a ConfigMap's key at %s: %+v", mount.Name, file, vol)
+	}
+	if key := vol.ConfigMap.Items[0].Key; key != "ca-bundle.crt" {
+		t.Errorf("the CA is read from key %q, not ca-bundle.crt (OpenShift's trusted-CA injection)", key)
+	}
+
+	// Nothing else changes: the default's variables, mounts and volumes are all there.
+	for _, e := range plain.Env {
+		if !slices.ContainsFunc(manager.Env, func(x corev1.EnvVar) bool { return x.Name == e.Name }) {
+			t.Errorf("the component dropped the variable %s", e.Name)
+		}
+	}
+	if len(manager.VolumeMounts) != len(plain.VolumeMounts)+1 || len(pod.Volumes) != len(plainPod.Volumes)+1 {
+		t.Errorf("the component should add one mount and one volume: %d→%d mounts, %d→%d volumes",
+			len(plain.VolumeMounts), len(manager.VolumeMounts), len(plainPod.Volumes), len(pod.Volumes))
+	}
+	if !slices.Equal(manager.Args, plain.Args) {
+		t.Errorf("the component changed the arguments: %q → %q", plain.Args, manager.Args)
+	}
+}

@@ -121,6 +121,8 @@ var _ = BeforeSuite(func() {
 	s3, err = minio.Start(minio.Options{Dir: minioDir, Host: cluster.NodeIP})
 	check(err)
 	DeferCleanup(s3.Stop)
+	By("starting a company's network beside it: an egress proxy and a MinIO over TLS signed by a CA of its own")
+	startEgress()
 
 	By("pushing the operator image (as make docker-build built it), testapp and the monitoring stack's images to the node's registry")
 	start = time.Now()

@@ -313,7 +313,7 @@ func (c *Cluster) StartAPIServer() error {
 		"--client-ca-file", filepath.Join(c.pki, "ca.crt"),
 		"--token-auth-file", filepath.Join(c.pki, "tokens.csv"),
 		"--authorization-mode", "Node,RBAC",
-		"--service-cluster-ip-range", serviceCIDR,
+		"--service-cluster-ip-range", ServiceCIDR,
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", filepath.Join(c.pki, "sa.key"),
 		"--service-account-signing-key-file", filepath.Join(c.pki, "sa.key"),

@@ -164,7 +164,7 @@ func (n *node) setUpNetwork() error {
 		{"addr", "add", NodeIP + nodeLinkCIDR, "dev", nodeLink},
 		{"link", "set", nodeLink, "up"},
 		{"link", "set", nodeLinkPeer, "up"},
-		{"route", "add", serviceCIDR, "dev", nodeLink},
+		{"route", "add", ServiceCIDR, "dev", nodeLink},
 	}
 	for _, args := range cmds {
 		if err := sandbox.IP(args...); err != nil {

@@ -23,11 +23,12 @@ const (
 	NodeName = "realnode-0"
 	// NodeIP is the real node's InternalIP, on one end of a veth pair: the kubelet refuses
 	// a loopback address and the kernel has no dummy interfaces.
-	NodeIP        = "10.200.0.10"
-	nodeLinkCIDR  = "/24"
-	nodeLink      = "rn-node"
-	nodeLinkPeer  = "rn-node-p"
-	serviceCIDR   = "10.0.0.0/24"
+	NodeIP       = "10.200.0.10"
+	nodeLinkCIDR = "/24"
+	nodeLink     = "rn-node"
+	nodeLinkPeer = "rn-node-p"
+	// ServiceCIDR is the Service range; the API server is its first address.
+	ServiceCIDR   = "10.0.0.0/24"
 	kubernetesSvc = "10.0.0.1"
 	// PodCIDR is the pod network of the node's bridge. Every sandbox has its own network
 	// namespace, so two clusters at once may both use it.

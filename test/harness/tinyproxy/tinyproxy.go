@@ -40,11 +40,15 @@ type Options struct {
 	// ConnectPorts are the ports CONNECT may tunnel to; tinyproxy refuses the others
 	// (and allows every port when there are none).
 	ConnectPorts []int
+	// Listen is the address to serve on; empty means 127.0.0.1, where only this machine's
+	// processes are let in. On another address (the local cluster's node address, for
+	// pods on the real node) every client is.
+	Listen netip.Addr
 }
 
 // Proxy is a running tinyproxy.
 type Proxy struct {
-	// URL is http://127.0.0.1:port, for HTTP_PROXY and HTTPS_PROXY.
+	// URL is http://<Listen>:port, for HTTP_PROXY and HTTPS_PROXY.
 	URL *url.URL
 
 	proc *process.Process
@@ -81,7 +85,12 @@ func Start(o Options) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{URL: &url.URL{Scheme: "http", Host: process.HostPort(port)}, log: filepath.Join(o.Dir, "tinyproxy.log")}
+	listen := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	if o.Listen.IsValid() {
+		listen = o.Listen
+	}
+	p := &Proxy{URL: &url.URL{Scheme: "http", Host: net.JoinHostPort(listen.String(), strconv.Itoa(port))},
+		log: filepath.Join(o.Dir, "tinyproxy.log")}
 
 	hosts := []string{"127.0.0.1 localhost", "::1 localhost", "127.0.0.1 " + readinessName}
 	for name, addr := range o.Hosts {
@@ -93,14 +102,17 @@ func Start(o Options) (*Proxy, error) {
 	}
 	conf := []string{
 		"Port " + strconv.Itoa(port),
-		"Listen 127.0.0.1",
-		"Allow 127.0.0.1",
+		"Listen " + listen.String(),
 		"Timeout 60",
 		"MaxClients 100",
 		// CONNECT and request lines are logged at Connect; Info adds how the proxy
 		// resolved and connected, for a failed spec's reader.
 		"LogLevel Info",
 		fmt.Sprintf("LogFile %q", p.log),
+	}
+	if listen.IsLoopback() {
+		// Without an Allow line tinyproxy serves every client.
+		conf = append(conf, "Allow "+listen.String())
 	}
 	for _, cp := range o.ConnectPorts {
 		conf = append(conf, "ConnectPort "+strconv.Itoa(cp))
