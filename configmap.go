@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/phalanks/phalanks-operator/controllers/foo"
 	"github.com/phalanks/phalanks-operator/controllers/scaling"
 	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
 )
@@ -54,7 +55,7 @@ var notFromConfigMap = map[string]bool{
 // change to any other waits for the process's next start.
 var liveFlags = func() map[string]bool {
 	live := map[string]bool{"zap-log-level": true, "operator-replicas": true}
-	for _, f := range slices.Concat(scaling.LiveFlags, storagebucket.LiveFlags) {
+	for _, f := range slices.Concat(scaling.LiveFlags, storagebucket.LiveFlags, foo.LiveFlags) {
 		live[f] = true
 	}
 	return live

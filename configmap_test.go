@@ -260,14 +260,23 @@ func TestTheConfigMapIsReadAtStartAndFollowed(t *testing.T) {
 	// The controllers' live settings: handed to them at once, with what the command
 	// line and the environment set.
 	update(map[string]string{"zap-log-level": "debug", "scaling-concurrency": "5",
-		"scaling-grace-period": "1m", "storagebucket-status-heartbeat": "2m", "default-uptime": "Mon-Fri 08:00-18:00 UTC"})
+		"scaling-grace-period": "1m", "storagebucket-status-heartbeat": "2m", "default-uptime": "Mon-Fri 08:00-18:00 UTC",
+		"storagebucket-concurrency": "3", "foo-concurrency": "4"})
 	eventually("an event says the controllers' settings were applied",
-		event(reasonConfigApplied, "--default-uptime", "--scaling-grace-period", "--storagebucket-status-heartbeat"))
+		event(reasonConfigApplied, "--default-uptime", "--scaling-grace-period", "--storagebucket-status-heartbeat",
+			"--storagebucket-concurrency", "--foo-concurrency"))
 	got, calls := lastApplied()
 	if got.scaling.GracePeriod != time.Minute || got.storageBucket.StatusHeartbeat != 2*time.Minute ||
 		got.scaling.DefaultUptime != "Mon-Fri 08:00-18:00 UTC" || got.leaderElectNamespace != "operator" {
 		t.Errorf("the controllers were given grace %v, heartbeat %v, default uptime %q, namespace %q; want the ConfigMap's and the command line's",
 			got.scaling.GracePeriod, got.storageBucket.StatusHeartbeat, got.scaling.DefaultUptime, got.leaderElectNamespace)
+	}
+	if got.scaling.Concurrency != 5 || got.storageBucket.Concurrency != 3 || got.foo.Concurrency != 4 {
+		t.Errorf("the controllers were given the concurrencies scaling %d, storagebucket %d, foo %d; want 5, 3, 4",
+			got.scaling.Concurrency, got.storageBucket.Concurrency, got.foo.Concurrency)
+	}
+	if got := testutil.ToFloat64(configRestartRequired); got != 0 {
+		t.Errorf("phalanks_config_restart_required = %v after a change of live settings only", got)
 	}
 	// A value the controller refuses although it parses: refused as a whole, nothing
 	// handed on.
@@ -292,8 +301,8 @@ func TestTheConfigMapIsReadAtStartAndFollowed(t *testing.T) {
 	}
 
 	// A setting read only at start: reported, not applied; the live one still is.
-	update(map[string]string{"zap-log-level": "info", "scaling-concurrency": "7"})
-	eventually("an event says which setting waits for a restart", event(reasonConfigRestartRequired, "--scaling-concurrency", "rollout restart"))
+	update(map[string]string{"zap-log-level": "info", "scaling-concurrency": "5", "storagebucket-tick": "2s"})
+	eventually("an event says which setting waits for a restart", event(reasonConfigRestartRequired, "--storagebucket-tick", "rollout restart"))
 	eventually("the log level is info", level(zapcore.InfoLevel))
 	if got := testutil.ToFloat64(configRestartRequired); got != 1 {
 		t.Errorf("phalanks_config_restart_required = %v, want 1", got)

@@ -503,9 +503,11 @@ func setupReconcilers(mgr manager.Manager, cfg config) (reconfigure func(config)
 		apply = append(apply, func(c config) error { return sc.Reconfigure(c.scaling) })
 	}
 	if cfg.enabled[controllerFoo] {
-		if err := foo.SetupWithManager(mgr, cfg.foo); err != nil {
+		fc, err := foo.SetupWithManager(mgr, cfg.foo)
+		if err != nil {
 			return nil, fmt.Errorf("set up foo controller: %w", err)
 		}
+		apply = append(apply, func(c config) error { return fc.Reconfigure(c.foo) })
 	}
 	return func(c config) error {
 		for _, f := range apply {

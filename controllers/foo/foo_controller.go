@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
+	"github.com/phalanks/phalanks-operator/internal/workers"
 )
 
 const (
@@ -82,9 +83,23 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	}
 }
 
+// LiveFlags are the flags whose change Reconfigure applies to a running operator.
+var LiveFlags = []string{"foo-concurrency"}
+
+// Controller is the Foo controller as set up in a manager.
+type Controller struct{ concurrency *workers.Limit }
+
+// Reconfigure applies the settings of LiveFlags in o to the running controller: a lower
+// concurrency lets the reconciles running finish, a higher one is capped at the workers
+// started (workers.Max, or the concurrency at start if higher).
+func (c *Controller) Reconfigure(o Options) error {
+	c.concurrency.Set(o.Concurrency)
+	return nil
+}
+
 // SetupWithManager registers the Foo controller with the manager. Configure the
 // manager's cache with CacheByObject, or its Deployment watch holds every Deployment.
-func SetupWithManager(mgr ctrl.Manager, o Options) error {
+func SetupWithManager(mgr ctrl.Manager, o Options) (*Controller, error) {
 	clk := o.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -95,7 +110,8 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 		recorder:  mgr.GetEventRecorder(eventReporter),
 		clock:     clk,
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	c := &Controller{concurrency: workers.New(o.Concurrency)}
+	err := ctrl.NewControllerManagedBy(mgr).
 		Named(controllerName).
 		// Status and metadata writes, this controller's own among them, leave what a Foo
 		// asks for unchanged: only a new generation queues it.
@@ -104,14 +120,18 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 		// (status included) and its deletion queue its Foo.
 		Owns(&appsv1.Deployment{}, builder.WithPredicates(ignoreCreate)).
 		WithOptions(controller.Options{
-			MaxConcurrentReconciles: max(o.Concurrency, 1),
+			MaxConcurrentReconciles: c.concurrency.Workers(),
 			RateLimiter:             newRateLimiter(),
 			// sample-controller's FIFO queue, not controller-runtime's default priority
 			// queue (which puts the initial list behind every later event and, by
 			// default, has no overall retry bucket).
 			UsePriorityQueue: ptr.To(false),
 		}).
-		Complete(r)
+		Complete(workers.Reconciler(c.concurrency, r))
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // ignoreCreate drops creation events.

@@ -69,7 +69,8 @@ func newManager(namespace string) manager.Manager {
 	opts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
 	mgr, err := manager.New(env.Config, opts)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(SetupWithManager(mgr, Options{Concurrency: 2})).To(Succeed())
+	_, err = SetupWithManager(mgr, Options{Concurrency: 2})
+	Expect(err).NotTo(HaveOccurred())
 	return mgr
 }
 

@@ -25,6 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/phalanks/phalanks-operator/internal/workers"
 )
 
 // A PodDisruptionBudget of a scaled-down workload would keep blocking node drains
@@ -290,9 +292,10 @@ func (s *scaler) setupPDB() error {
 			r.covered = append(r.covered, k)
 		}
 	}
+	limit := s.newLimit()
 	b := ctrl.NewControllerManagedBy(s.mgr).
 		Named("scaling-poddisruptionbudget").
-		WithOptions(controller.Options{MaxConcurrentReconciles: s.opts.Concurrency}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: limit.Workers()}).
 		WatchesRawSource(source.Kind[client.Object](s.cache, &policyv1.PodDisruptionBudget{},
 			&handler.TypedEnqueueRequestForObject[client.Object]{}, pdbPredicate())).
 		WatchesRawSource(s.resync(func() client.ObjectList { return &policyv1.PodDisruptionBudgetList{} }))
@@ -304,7 +307,7 @@ func (s *scaler) setupPDB() error {
 		b = b.WatchesRawSource(source.Kind[client.Object](s.cache, &corev1.Pod{},
 			r.budgetsSelecting(client.Object.GetLabels), podPredicate()))
 	}
-	if err := b.Complete(r); err != nil {
+	if err := b.Complete(workers.Reconciler(limit, r)); err != nil {
 		return fmt.Errorf("set up scaling-poddisruptionbudget controller: %w", err)
 	}
 	registerKind(pdbKindName)

@@ -85,25 +85,27 @@ var _ = Describe("Scheduled scaling policy", func() {
 		Consistently(both).WithTimeout(2*time.Second).Should(Equal([]int32{3, 2}), "no schedule yet")
 
 		By("scaling both down by default working hours given while it runs, with no event of theirs")
-		Expect(sc.Reconfigure(scaling.Options{DefaultUptime: workingHours})).To(Succeed())
+		Expect(sc.Reconfigure(scaling.Options{Concurrency: 2, DefaultUptime: workingHours})).To(Succeed())
 		Eventually(both).Should(Equal([]int32{0, 0}))
 		Expect(annotation(webB, scaling.AnnotationOriginalReplicas)(Default)).To(Equal("2"))
 
 		By("restoring the one whose namespace is excluded now")
-		Expect(sc.Reconfigure(scaling.Options{DefaultUptime: workingHours, ExcludeNamespaces: []string{a}})).To(Succeed())
+		Expect(sc.Reconfigure(scaling.Options{Concurrency: 2, DefaultUptime: workingHours, ExcludeNamespaces: []string{a}})).To(Succeed())
 		Eventually(replicas(webA)).Should(BeEquivalentTo(3))
 		Expect(annotation(webA, scaling.AnnotationOriginalReplicas)(Default)).To(BeEmpty())
 		Consistently(replicas(webB)).WithTimeout(2 * time.Second).Should(BeEquivalentTo(0))
 
 		By("refusing an invalid configuration and keeping the one in force")
-		Expect(sc.Reconfigure(scaling.Options{DefaultUptime: "Mon-Fri 08:00-18:00 Mars/Olympus"})).
+		Expect(sc.Reconfigure(scaling.Options{Concurrency: 2, DefaultUptime: "Mon-Fri 08:00-18:00 Mars/Olympus"})).
 			To(MatchError(ContainSubstring("--default-uptime")))
-		Expect(sc.Reconfigure(scaling.Options{ExcludeNamespaces: []string{"[kube-*"}})).
+		Expect(sc.Reconfigure(scaling.Options{Concurrency: 2, ExcludeNamespaces: []string{"[kube-*"}})).
 			To(MatchError(ContainSubstring("--scaling-exclude-namespaces")))
+		Expect(sc.Reconfigure(scaling.Options{DefaultUptime: workingHours})).
+			To(MatchError(ContainSubstring("--scaling-concurrency")))
 		Consistently(both).WithTimeout(2 * time.Second).Should(Equal([]int32{3, 0}))
 
 		By("restoring the saved count once the defaults are gone")
-		Expect(sc.Reconfigure(scaling.Options{ExcludeNamespaces: []string{a}})).To(Succeed())
+		Expect(sc.Reconfigure(scaling.Options{Concurrency: 2, ExcludeNamespaces: []string{a}})).To(Succeed())
 		Eventually(replicas(webB)).Should(BeEquivalentTo(2))
 		Expect(annotation(webB, scaling.AnnotationOriginalReplicas)(Default)).To(BeEmpty())
 	})

@@ -25,6 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/phalanks/phalanks-operator/internal/workers"
 )
 
 // pdbResource names PodDisruptionBudgets in --scaling-resources.
@@ -59,6 +61,31 @@ type scaler struct {
 	pending map[string]string
 	// resyncs wake every controller to re-decide all its objects.
 	resyncs []chan event.TypedGenericEvent[struct{}]
+
+	limitsMu sync.Mutex
+	// concurrency is --scaling-concurrency as Reconfigure last set it, and limits bound
+	// each controller's reconciles by it.
+	concurrency int
+	limits      []*workers.Limit
+}
+
+// newLimit returns the concurrency limit of a controller being set up.
+func (s *scaler) newLimit() *workers.Limit {
+	s.limitsMu.Lock()
+	defer s.limitsMu.Unlock()
+	l := workers.New(s.concurrency)
+	s.limits = append(s.limits, l)
+	return l
+}
+
+// setConcurrency changes the limit of every controller, and of those set up later.
+func (s *scaler) setConcurrency(n int) {
+	s.limitsMu.Lock()
+	defer s.limitsMu.Unlock()
+	s.concurrency = n
+	for _, l := range s.limits {
+		l.Set(n)
+	}
 }
 
 type kindController struct {
@@ -86,6 +113,7 @@ func newScaler(mgr manager.Manager, o Options, p *policy) (*scaler, error) {
 		controllers: map[schema.GroupKind]*kindController{},
 		pending:     map[string]string{},
 		pacer:       newPacer(o.RestoreRate),
+		concurrency: o.Concurrency,
 	}
 	s.policy.Store(p)
 	s.gather = s.gatherer()
@@ -161,9 +189,10 @@ func (s *scaler) setupKind(k *kind) error {
 	// first restore.
 	restoreLag.WithLabelValues(k.name)
 	r := &reconciler{kind: k, s: s, wake: newWakeups(s.opts.Clock)}
+	limit := s.newLimit()
 	b := ctrl.NewControllerManagedBy(s.mgr).
 		Named(controllerName(k)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: s.opts.Concurrency}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: limit.Workers()}).
 		WatchesRawSource(source.Kind(s.cache, k.newObject(), &handler.TypedEnqueueRequestForObject[client.Object]{}, objectPredicate(k, s))).
 		WatchesRawSource(source.Kind[client.Object](s.cache, namespaceObject(), namespaceHandler(k, s.cache), namespacePredicate())).
 		WatchesRawSource(source.Kind(s.cache, configMapObject(), calendarHandler(k, s), calendarPredicate(s.calendars))).
@@ -172,7 +201,7 @@ func (s *scaler) setupKind(k *kind) error {
 	if k.autoscaled {
 		b = b.WatchesRawSource(source.Kind[client.Object](s.cache, hpaObject(), hpaHandler(k), hpaPredicate()))
 	}
-	c, err := b.Build(r)
+	c, err := b.Build(workers.Reconciler(limit, r))
 	if err != nil {
 		return fmt.Errorf("set up %s controller: %w", controllerName(k), err)
 	}

@@ -312,7 +312,7 @@ func (p *policy) excluded(name string, nsLabels map[string]string) bool {
 var LiveFlags = []string{
 	"default-uptime", "default-downtime", "default-downtime-replicas", "default-scaling-kinds",
 	"scaling-exclude-namespaces", "scaling-exclude-namespace-selector",
-	"scaling-grace-period", "scaling-wake-lead", "scaling-dry-run",
+	"scaling-grace-period", "scaling-wake-lead", "scaling-dry-run", "scaling-concurrency",
 }
 
 // Validate checks o as SetupWithManager does.
@@ -339,6 +339,10 @@ func (sc *Scaling) Reconfigure(o Options) error {
 	if err != nil {
 		return err
 	}
+	if o.Concurrency < 1 {
+		return errors.New("--scaling-concurrency must be at least 1")
+	}
+	sc.s.setConcurrency(o.Concurrency)
 	sc.s.policy.Store(p)
 	sc.s.resyncAll()
 	return nil

@@ -35,6 +35,7 @@ import (
 	"github.com/phalanks/phalanks-operator/internal/grandfather"
 	"github.com/phalanks/phalanks-operator/internal/s3probe"
 	"github.com/phalanks/phalanks-operator/internal/sharding"
+	"github.com/phalanks/phalanks-operator/internal/workers"
 )
 
 // Options configure the StorageBucket controller.
@@ -101,7 +102,8 @@ const (
 func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Concurrency, "storagebucket-concurrency", defaultConcurrency,
 		"How many StorageBuckets are probed at once. Size it to cover the buckets due per second "+
-			"times the probe latency; a probe that times out holds its slot for the whole healthCheck.timeout.")
+			"times the probe latency; a probe that times out holds its slot for the whole healthCheck.timeout. "+
+			fmt.Sprintf("Changes while the operator runs up to %d (or the value at start, if higher).", workers.Max))
 	fs.DurationVar(&o.Tick, "storagebucket-tick", defaultTick,
 		"The longest the scheduler sleeps without looking at the schedule; it wakes for each StorageBucket's due time anyway "+
 			"(at most 20ms after it, so the StorageBuckets due meanwhile share the wake-up).")
@@ -268,18 +270,23 @@ type Reconciler struct {
 	opts     Options
 	// heartbeat is opts.StatusHeartbeat, which Reconfigure changes while it runs.
 	heartbeat atomic.Int64
+	// concurrency is opts.Concurrency, which Reconfigure changes while it runs.
+	concurrency *workers.Limit
 }
 
 // LiveFlags are the flags whose change Reconfigure applies to a running operator; the
 // others take effect at its next start.
-var LiveFlags = []string{"storagebucket-status-heartbeat"}
+var LiveFlags = []string{"storagebucket-status-heartbeat", "storagebucket-concurrency"}
 
 // Reconfigure applies the settings of LiveFlags in o to the running controller; the
 // other settings in o are ignored. The status heartbeat counts from each StorageBucket's
-// lastProbeTime, so a shorter one is due at the bucket's next probe.
+// lastProbeTime, so a shorter one is due at the bucket's next probe. A lower
+// concurrency lets the probes running finish; a higher one is capped at the workers
+// started (workers.Max, or the concurrency at start if higher).
 func (r *Reconciler) Reconfigure(o Options) error {
 	o.defaults()
 	r.heartbeat.Store(int64(o.StatusHeartbeat))
+	r.concurrency.Set(o.Concurrency)
 	return nil
 }
 
@@ -313,6 +320,8 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		refs:     &refReader{secrets: secrets, configMaps: mgr.GetClient(), api: mgr.GetAPIReader()},
 		mem:      newMemory(),
 		opts:     o,
+
+		concurrency: workers.New(o.Concurrency),
 	}
 	r.heartbeat.Store(int64(o.StatusHeartbeat))
 	due := make(chan event.TypedGenericEvent[dueBatch], 1)
@@ -331,9 +340,9 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		WatchesMetadata(&corev1.ConfigMap{}, referenceChanged[client.Object](r, kindConfigMap)).
 		WatchesRawSource(source.Channel(due, dueHandler())).
 		WatchesRawSource(source.Channel(handover, handoverHandler())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: o.Concurrency, NeedLeaderElection: new(o.Shard == nil)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.concurrency.Workers(), NeedLeaderElection: new(o.Shard == nil)}).
 		WithLogConstructor(requestLogger(mgr.GetLogger().WithValues("controller", "storagebucket"))).
-		Complete(r)
+		Complete(workers.Reconciler(r.concurrency, r))
 	if err != nil {
 		return nil, fmt.Errorf("set up StorageBucket controller: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/phalanks/phalanks-operator/controllers/storagebucket"
 	"github.com/phalanks/phalanks-operator/internal/s3bucket"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
+	"github.com/phalanks/phalanks-operator/test/harness/tcpproxy"
 )
 
 var _ = Describe("StorageBucket probing", func() {
@@ -70,19 +71,53 @@ var _ = Describe("StorageBucket probing", func() {
 		eventuallyReady(sb, metav1.ConditionTrue, "BucketReady", 30*time.Second)
 		first := get(sb).Status.LastProbeTime.Time
 
-		Expect(reconciler.Reconfigure(storagebucket.Options{StatusHeartbeat: 8 * time.Second})).To(Succeed())
-		DeferCleanup(func() { Expect(reconciler.Reconfigure(storagebucket.Options{})).To(Succeed()) })
+		Expect(reconciler.Reconfigure(storagebucket.Options{Concurrency: suiteConcurrency, StatusHeartbeat: 8 * time.Second})).To(Succeed())
+		DeferCleanup(func() {
+			Expect(reconciler.Reconfigure(storagebucket.Options{Concurrency: suiteConcurrency})).To(Succeed())
+		})
 		// Probed every 5s: the probe at least 8s after the last write writes.
 		Eventually(func() time.Time { return get(sb).Status.LastProbeTime.Time }).
 			WithTimeout(30 * time.Second).Should(BeTemporally(">=", first.Add(8*time.Second)))
 		Expect(condition(get(sb), phalanksv1beta1.ConditionReady).Reason).To(Equal("BucketReady"))
 
 		By("going back to the default of an hour, which writes nothing for the probes after")
-		Expect(reconciler.Reconfigure(storagebucket.Options{})).To(Succeed())
+		Expect(reconciler.Reconfigure(storagebucket.Options{Concurrency: suiteConcurrency})).To(Succeed())
 		time.Sleep(time.Second) // a write the old heartbeat started may still land
 		before := get(sb).ResourceVersion
 		Consistently(func() string { return get(sb).ResourceVersion }).
 			WithTimeout(12 * time.Second).WithPolling(time.Second).Should(Equal(before))
+	})
+
+	It("probes at most as many buckets at once as its concurrency, reconfigured while probes hang", func() {
+		Expect(s3.MakeBucket(ctx, "concurrency-bucket", miniogo.MakeBucketOptions{})).To(Succeed())
+		// Bytes stop both ways: every probe through the proxy holds a connection until
+		// its timeout.
+		proxy := tcpproxy.StartForTest(GinkgoT(), s3.Endpoint)
+		proxy.Stall()
+		Expect(reconciler.Reconfigure(storagebucket.Options{Concurrency: 1})).To(Succeed())
+		DeferCleanup(func() {
+			Expect(reconciler.Reconfigure(storagebucket.Options{Concurrency: suiteConcurrency})).To(Succeed())
+		})
+		var buckets []*phalanksv1beta1.StorageBucket
+		for _, name := range []string{"slow-a", "slow-b", "slow-c"} {
+			sb := newBucket(ns, name, "concurrency-bucket", s3)
+			sb.Spec.Endpoint = "http://" + proxy.Addr
+			sb.Spec.HealthCheck.Interval = &metav1.Duration{Duration: time.Minute}
+			sb.Spec.HealthCheck.Timeout = &metav1.Duration{Duration: 30 * time.Second}
+			create(sb)
+			buckets = append(buckets, sb)
+		}
+		Eventually(proxy.Open).WithTimeout(10 * time.Second).Should(Equal(1))
+		Consistently(proxy.Open).WithTimeout(2*time.Second).Should(Equal(1), "a concurrency of 1 let more probes run")
+
+		By("raised to 3: the two waiting probes start at once")
+		Expect(reconciler.Reconfigure(storagebucket.Options{Concurrency: 3})).To(Succeed())
+		Eventually(proxy.Open).WithTimeout(5 * time.Second).Should(Equal(3))
+
+		proxy.Resume()
+		for _, sb := range buckets {
+			eventuallyReady(sb, metav1.ConditionTrue, "BucketReady", 30*time.Second)
+		}
 	})
 
 	It("uses a Secret's new key pair at the first probe after it changed, also after probes that reused the old one", func() {

@@ -53,6 +53,9 @@ var (
 // namespaceDeletionTimeout is the suite manager's --storagebucket-namespace-deletion-timeout.
 const namespaceDeletionTimeout = 5 * time.Second
 
+// suiteConcurrency is the controller's concurrency in this suite.
+const suiteConcurrency = 8
+
 // syncBuffer collects the manager's log, so specs can check what it never says.
 type syncBuffer struct {
 	mu  sync.Mutex
@@ -88,7 +91,7 @@ var _ = BeforeSuite(func() {
 	mgr.GetWebhookServer().Register(denyStatusPath, &webhook.Admission{Handler: denyLabelledStatus})
 	// MinIO and the test servers listen on 127.0.0.1, which the endpoint policy denies
 	// unless the operator's administrator allows it.
-	reconciler, err = storagebucket.SetupWithManager(mgr, storagebucket.Options{Concurrency: 8,
+	reconciler, err = storagebucket.SetupWithManager(mgr, storagebucket.Options{Concurrency: suiteConcurrency,
 		EndpointAllowCIDRs: []string{"127.0.0.1/32"}, NamespaceDeletionTimeout: namespaceDeletionTimeout})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())

@@ -95,7 +95,8 @@ var _ = BeforeSuite(func() {
 		Cache:                  cache.Options{ByObject: foo.CacheByObject()},
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(foo.SetupWithManager(mgr, foo.Options{Concurrency: 2})).To(Succeed())
+	_, err = foo.SetupWithManager(mgr, foo.Options{Concurrency: 2})
+	Expect(err).NotTo(HaveOccurred())
 	mgrCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

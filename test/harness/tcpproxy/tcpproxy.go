@@ -191,3 +191,10 @@ func (p *Proxy) Close() {
 	<-p.done
 	p.Drop()
 }
+
+// Open returns how many client connections are open.
+func (p *Proxy) Open() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns) / 2
+}
