@@ -61,7 +61,8 @@ type Options struct {
 // BindFlags registers the controller's command-line flags.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Concurrency, "foo-concurrency", 2,
-		"Number of Foos reconciled concurrently (sample-controller runs 2 workers).")
+		fmt.Sprintf("Number of Foos reconciled concurrently (sample-controller runs 2 workers). Changes while the "+
+			"operator runs up to %d (or the value at start, if higher).", LiveConcurrencyUpTo))
 }
 
 // +kubebuilder:rbac:groups=phalanks.io,resources=foos,verbs=get;list;watch
@@ -86,12 +87,16 @@ func CacheByObject() map[client.Object]cache.ByObject {
 // LiveFlags are the flags whose change Reconfigure applies to a running operator.
 var LiveFlags = []string{"foo-concurrency"}
 
+// LiveConcurrencyUpTo is how high --foo-concurrency can rise while the operator runs:
+// the workers started.
+const LiveConcurrencyUpTo = 64
+
 // Controller is the Foo controller as set up in a manager.
 type Controller struct{ concurrency *workers.Limit }
 
 // Reconfigure applies the settings of LiveFlags in o to the running controller: a lower
 // concurrency lets the reconciles running finish, a higher one is capped at the workers
-// started (workers.Max, or the concurrency at start if higher).
+// started (LiveConcurrencyUpTo, or the concurrency at start if higher).
 func (c *Controller) Reconfigure(o Options) error {
 	c.concurrency.Set(o.Concurrency)
 	return nil
@@ -110,7 +115,7 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Controller, error) {
 		recorder:  mgr.GetEventRecorder(eventReporter),
 		clock:     clk,
 	}
-	c := &Controller{concurrency: workers.New(o.Concurrency)}
+	c := &Controller{concurrency: workers.New(o.Concurrency, LiveConcurrencyUpTo)}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(controllerName).
 		// Status and metadata writes, this controller's own among them, leave what a Foo

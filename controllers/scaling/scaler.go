@@ -73,7 +73,7 @@ type scaler struct {
 func (s *scaler) newLimit() *workers.Limit {
 	s.limitsMu.Lock()
 	defer s.limitsMu.Unlock()
-	l := workers.New(s.concurrency)
+	l := workers.New(s.concurrency, LiveConcurrencyUpTo)
 	s.limits = append(s.limits, l)
 	return l
 }

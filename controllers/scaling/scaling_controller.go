@@ -119,7 +119,8 @@ var DefaultResources = []string{
 // BindFlags registers the scheduled-scaling flags.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Concurrency, "scaling-concurrency", 10,
-		"Objects of each kind that scheduled scaling decides in parallel.")
+		fmt.Sprintf("Objects of each kind that scheduled scaling decides in parallel. Changes while the operator runs "+
+			"up to %d (or the value at start, if higher).", LiveConcurrencyUpTo))
 	fs.StringVar(&o.TimeZone, "scaling-time-zone", "",
 		"IANA time zone for schedule elements that name none (e.g. Europe/Berlin); empty requires every element to name one.")
 	fs.StringVar(&o.Weekdays, "scaling-weekdays", "",
@@ -306,6 +307,10 @@ func (p *policy) excluded(name string, nsLabels map[string]string) bool {
 	}
 	return false
 }
+
+// LiveConcurrencyUpTo is how high --scaling-concurrency can rise while the operator
+// runs: the workers each kind's controller starts.
+const LiveConcurrencyUpTo = 64
 
 // LiveFlags are the flags whose change Reconfigure applies to a running operator; the
 // others take effect at its next start.

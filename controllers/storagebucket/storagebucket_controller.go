@@ -94,8 +94,11 @@ const (
 	// write per 120 probes, under 0.01 writes per probe.
 	defaultStatusHeartbeat          = time.Hour
 	defaultNamespaceDeletionTimeout = 5 * time.Minute
-	defaultShardLeaseDuration       = 15 * time.Second
-	defaultShardRenewPeriod         = 5 * time.Second
+	// liveConcurrencyUpTo is how high --storagebucket-concurrency can rise while the
+	// operator runs: the workers started (about 3 KiB each while idle).
+	liveConcurrencyUpTo       = 256
+	defaultShardLeaseDuration = 15 * time.Second
+	defaultShardRenewPeriod   = 5 * time.Second
 )
 
 // BindFlags registers the controller's flags.
@@ -103,7 +106,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Concurrency, "storagebucket-concurrency", defaultConcurrency,
 		"How many StorageBuckets are probed at once. Size it to cover the buckets due per second "+
 			"times the probe latency; a probe that times out holds its slot for the whole healthCheck.timeout. "+
-			fmt.Sprintf("Changes while the operator runs up to %d (or the value at start, if higher).", workers.Max))
+			fmt.Sprintf("Changes while the operator runs up to %d (or the value at start, if higher).", liveConcurrencyUpTo))
 	fs.DurationVar(&o.Tick, "storagebucket-tick", defaultTick,
 		"The longest the scheduler sleeps without looking at the schedule; it wakes for each StorageBucket's due time anyway "+
 			"(at most 20ms after it, so the StorageBuckets due meanwhile share the wake-up).")
@@ -282,7 +285,7 @@ var LiveFlags = []string{"storagebucket-status-heartbeat", "storagebucket-concur
 // other settings in o are ignored. The status heartbeat counts from each StorageBucket's
 // lastProbeTime, so a shorter one is due at the bucket's next probe. A lower
 // concurrency lets the probes running finish; a higher one is capped at the workers
-// started (workers.Max, or the concurrency at start if higher).
+// started (liveConcurrencyUpTo, or the concurrency at start if higher).
 func (r *Reconciler) Reconfigure(o Options) error {
 	o.defaults()
 	r.heartbeat.Store(int64(o.StatusHeartbeat))
@@ -321,7 +324,7 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		mem:      newMemory(),
 		opts:     o,
 
-		concurrency: workers.New(o.Concurrency),
+		concurrency: workers.New(o.Concurrency, liveConcurrencyUpTo),
 	}
 	r.heartbeat.Store(int64(o.StatusHeartbeat))
 	due := make(chan event.TypedGenericEvent[dueBatch], 1)

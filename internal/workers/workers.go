@@ -13,11 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// Max is the number of workers a controller starts unless its concurrency at start is
-// higher: a Limit can rise while it runs up to the workers started, and beyond them at
-// the next start. An idle worker is a goroutine waiting on the queue.
-const Max = 256
-
 // Limit bounds how many reconciles run at once. Those waiting for a place get it in the
 // order they came, so the queue's order (FIFO, or controller-runtime's priorities) is
 // the order they run in.
@@ -31,10 +26,13 @@ type Limit struct {
 	waiting []chan struct{}
 }
 
-// New returns a Limit of n (at least 1) for a controller that starts Workers workers.
-func New(n int) *Limit {
+// New returns a Limit of n (at least 1) for a controller that starts Workers workers:
+// upTo, or n if that is higher. The limit can rise while the controller runs up to the
+// workers started, and beyond them at the next start. An idle worker is a goroutine
+// waiting on the queue, about 3 KiB.
+func New(n, upTo int) *Limit {
 	n = max(n, 1)
-	return &Limit{limit: n, workers: max(n, Max)}
+	return &Limit{limit: n, workers: max(n, upTo)}
 }
 
 // Workers is the MaxConcurrentReconciles of the controller the Limit is for.

@@ -60,7 +60,7 @@ func expectStarted(t *testing.T, g *gate, n int) {
 }
 
 func TestLimitChangesWhileReconcilesRun(t *testing.T) {
-	l := New(2)
+	l := New(2, 8)
 	g := newGate()
 	r := Reconciler(l, g)
 	ctx := context.Background()
@@ -91,16 +91,16 @@ func TestLimitChangesWhileReconcilesRun(t *testing.T) {
 }
 
 func TestLimitStaysWithinTheWorkersStarted(t *testing.T) {
-	if l := New(10); l.Workers() != Max || l.Set(Max+1) != Max || l.Set(0) != 1 {
-		t.Errorf("a limit of 10: %d workers, Set(Max+1) = %d, Set(0) = %d", l.Workers(), l.Set(Max+1), l.Set(0))
+	if l := New(10, 64); l.Workers() != 64 || l.Set(65) != 64 || l.Set(0) != 1 {
+		t.Errorf("a limit of 10 up to 64: %d workers, Set(65) = %d, Set(0) = %d", l.Workers(), l.Set(65), l.Set(0))
 	}
-	if l := New(Max * 2); l.Workers() != Max*2 || l.Get() != Max*2 {
-		t.Errorf("a limit of %d at start: %d workers, limit %d", Max*2, l.Workers(), l.Get())
+	if l := New(128, 64); l.Workers() != 128 || l.Get() != 128 {
+		t.Errorf("a limit of 128 at start, up to 64: %d workers, limit %d", l.Workers(), l.Get())
 	}
 }
 
 func TestWaitingReconcileEndsWithItsContext(t *testing.T) {
-	l := New(1)
+	l := New(1, 8)
 	g := newGate()
 	r := Reconciler(l, g)
 	go func() { _, _ = r.Reconcile(context.Background(), reconcile.Request{}) }()
@@ -114,7 +114,7 @@ func TestWaitingReconcileEndsWithItsContext(t *testing.T) {
 }
 
 func TestWaitingReconcilesRunInTheOrderTheyCame(t *testing.T) {
-	l := New(1)
+	l := New(1, 8)
 	g := newGate()
 	r := Reconciler(l, g)
 	go func() { _, _ = r.Reconcile(context.Background(), reconcile.Request{}) }()
