@@ -622,6 +622,10 @@ DEBIAN_test := tinyproxy=tinyproxy yamllint=yamllint
 # RUN has a static busybox for its shell.
 DEBIAN_test-images := buildah=buildah busybox=busybox-static
 DEBIAN_test-k8s-versions := tinyproxy=tinyproxy
+# The OLM suites install the operator behind an egress proxy: from the Subscription's
+# environment (test/olm/egress_test.go), from the configuration ConfigMap (test/olmv1).
+DEBIAN_test-olm := tinyproxy=tinyproxy
+DEBIAN_test-olmv1 := tinyproxy=tinyproxy
 
 .PHONY: tools
 tools: ## Build every default tool set into the per-machine cache (hack/tools/build.sh).

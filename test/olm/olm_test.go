@@ -117,6 +117,7 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 			ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: "phalanks-operator-config"},
 			Data:       configMapSettings,
 		})).To(Succeed())
+		createTrustedCA()
 		Expect(k8s.Create(ctx, subscription())).To(Succeed())
 
 		expectInstalled(previous)
@@ -202,12 +203,14 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 		Expect(read.Spec.InsecureAllowHTTP).To(BeTrue())
 		Expect(read.Spec.CredentialsSecretRef).To(HaveField("Name", "minio-credentials"))
 		Expect(read.Spec.HealthCheck.IntervalDuration()).To(Equal(10 * time.Second))
+		createCompanyCABucket()
 	})
 
-	It("reconciles StorageBuckets against the MinIO inside the network namespace to Ready", func() {
-		for _, name := range []string{"created-as-v1beta1", "created-as-v1alpha1"} {
+	It("reconciles StorageBuckets against the MinIO inside the network namespace to Ready, and the company's through its proxy and CA", func() {
+		for _, name := range []string{"created-as-v1beta1", "created-as-v1alpha1", companyCABucket} {
 			expectReconciled("StorageBucket "+userNamespace+"/"+name+" Ready", storageBucketReady(name))
 		}
+		expectThroughTheProxy()
 	})
 
 	It("reconciles a Foo into its Deployment", func() {
@@ -262,7 +265,7 @@ var _ = Describe("phalanks-operator installed and upgraded through OLM", Ordered
 			WithTimeout(reconcileTimeout).WithPolling(poll).Should(Succeed())
 		Expect(storedVersions()).To(Equal([]string{"v1beta1"}), "both releases store v1beta1 (docs/api-versions.md)")
 
-		for _, name := range []string{"created-as-v1beta1", "created-as-v1alpha1"} {
+		for _, name := range []string{"created-as-v1beta1", "created-as-v1alpha1", companyCABucket} {
 			expectReconciled("StorageBucket "+userNamespace+"/"+name+" Ready after the upgrade", storageBucketReady(name))
 		}
 		expectReconciled("Foo "+userNamespace+"/web still owns its Available Deployment after the upgrade", fooDeploymentAvailable("web", 2))
@@ -427,8 +430,9 @@ func subscription() *operatorsv1alpha1.Subscription {
 			Package:                bundle.PackageName,
 			Channel:                bundle.Channel,
 			InstallPlanApproval:    operatorsv1alpha1.ApprovalAutomatic,
-			// The operator's settings, which OLM keeps across upgrades.
-			Config: &operatorsv1alpha1.SubscriptionConfig{Env: []corev1.EnvVar{subscriptionEnv}},
+			// The operator's settings, its proxy and the company CA, which OLM keeps
+			// across upgrades.
+			Config: egressConfig(),
 		},
 	}
 }
@@ -483,13 +487,15 @@ var subscriptionEnv = corev1.EnvVar{Name: "PHALANKS_ZAP_ENCODER", Value: "consol
 var configMapSettings = map[string]string{"scaling-grace-period": "20m", "operator-replicas": "3"}
 
 // expectConfiguredBySubscription checks that the release's operator pods run with the
-// Subscription's spec.config.env, and that the operator took the setting: its log lines
+// Subscription's spec.config (its variables, the CA's volume and mount), and that the operator took the setting: its log lines
 // are zap's console lines ("<time>\tINFO\t<logger>\t…"), not JSON; and that each pod
 // read the configuration ConfigMap at its start.
 func expectConfiguredBySubscription(r *olm.Release) {
 	GinkgoHelper()
 	for _, pod := range expectPodOf(r) {
-		Expect(pod.Spec.Containers[0].Env).To(ContainElement(subscriptionEnv), "pod %s/%s: OLM applied the Subscription's spec.config.env", pod.Namespace, pod.Name)
+		Expect(pod.Spec.Containers[0].Env).To(ContainElements(egressConfig().Env), "pod %s/%s: OLM applied the Subscription's spec.config.env", pod.Namespace, pod.Name)
+		Expect(pod.Spec.Containers[0].VolumeMounts).To(ContainElements(egressConfig().VolumeMounts), "pod %s/%s: OLM applied the Subscription's spec.config.volumeMounts", pod.Namespace, pod.Name)
+		Expect(pod.Spec.Volumes).To(ContainElement(HaveField("Name", "trusted-ca")), "pod %s/%s: OLM applied the Subscription's spec.config.volumes", pod.Namespace, pod.Name)
 		log := podLog(pod.Namespace, pod.Name)
 		first, _, _ := strings.Cut(log, "\n")
 		Expect(first).To(MatchRegexp(`^\d{4}-\d\d-\d\dT\S+\t(INFO|DEBUG|ERROR)\t`), "pod %s/%s logs in zap's console encoding", pod.Namespace, pod.Name)

@@ -189,6 +189,8 @@ var _ = BeforeSuite(func() {
 	s3, err = minio.Start(minio.Options{Dir: minioDir, Host: cluster.NodeIP})
 	check(err)
 	DeferCleanup(s3.Stop)
+	By("starting a company's network beside it: an egress proxy and a MinIO over TLS signed by a CA of its own")
+	startEgress()
 })
 
 // The folder with every log is named on failure and removed on success, after every

@@ -233,7 +233,7 @@ func expectConfiguredByConfigMap(r *olm.Release) {
 	Expect(k8s.List(ctx, pods, client.InNamespace(installNamespace), client.MatchingLabelsSelector{Selector: sel})).To(Succeed())
 	Expect(pods.Items).NotTo(BeEmpty())
 	for _, pod := range pods.Items {
-		Expect(podLog(pod.Namespace, pod.Name)).To(ContainSubstring(`"msg":"settings from the configuration ConfigMap","configMap":"phalanks-operator-config","flags":["operator-replicas","scaling-grace-period"]`),
+		Expect(podLog(pod.Namespace, pod.Name)).To(ContainSubstring(`"msg":"settings from the configuration ConfigMap","configMap":"phalanks-operator-config","flags":["operator-replicas","scaling-grace-period","storagebucket-proxy"]`),
 			"pod %s/%s read the configuration ConfigMap at its start", pod.Namespace, pod.Name)
 	}
 }

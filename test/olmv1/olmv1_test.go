@@ -21,6 +21,7 @@ import (
 
 	phalanksv1alpha1 "github.com/phalanks/phalanks-operator/api/v1alpha1"
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
+	"github.com/phalanks/phalanks-operator/test/harness/cluster"
 	harnesssamples "github.com/phalanks/phalanks-operator/test/harness/samples"
 	"github.com/phalanks/phalanks-operator/test/harness/tools"
 	"github.com/phalanks/phalanks-operator/test/olmv1"
@@ -144,10 +145,11 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 	})
 
 	It("upgrades to the committed release once the documented ClusterExtension lifts the pin: preflight passes, restricted pods Ready, webhook certificate from cert-manager", func() {
-		By("configuring the operator the only way OLM v1 allows: the configuration ConfigMap in the install namespace")
+		By("configuring the operator the only way OLM v1 allows: the configuration ConfigMap in the install namespace, a proxy for StorageBucket endpoints included")
 		Expect(k8s.Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: "phalanks-operator-config"},
-			Data:       map[string]string{"scaling-grace-period": "20m", "operator-replicas": "3"},
+			Data: map[string]string{"scaling-grace-period": "20m", "operator-replicas": "3",
+				"storagebucket-proxy": egressProxy.URL.String()},
 		})).To(Succeed())
 		By("applying the ClusterExtension of docs/install-olm.md, which has no version")
 		ce := docsObject("ClusterExtension")
@@ -232,10 +234,11 @@ var _ = Describe("phalanks-operator installed, upgraded and uninstalled through 
 		Expect(read.Spec.HealthCheck.IntervalDuration()).To(Equal(10*time.Second), "the v1alpha1 update, stored as v1beta1")
 	})
 
-	It("reconciles StorageBuckets to Ready, and the CSV's samples, pointed at MinIO", func() {
+	It("reconciles StorageBuckets to Ready through the configured proxy, and the CSV's samples, pointed at MinIO", func() {
 		for _, name := range buckets {
 			expectReconciled("StorageBucket "+userNamespace+"/"+name+" Ready", storageBucketReady(userNamespace, name))
 		}
+		Expect(egressProxy.Requests(cluster.NodeIP)).To(BeNumerically(">", 0), "the probes of MinIO did not go through storagebucket-proxy")
 		Expect(k8s.Create(ctx, harnesssamples.Namespace(samplesNamespace))).To(Succeed())
 		examples := samples(previous)
 		for _, obj := range examples {

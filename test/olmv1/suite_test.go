@@ -3,6 +3,7 @@ package olmv1_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/process"
 	"github.com/phalanks/phalanks-operator/test/harness/report"
 	"github.com/phalanks/phalanks-operator/test/harness/sandbox"
+	"github.com/phalanks/phalanks-operator/test/harness/tinyproxy"
 	"github.com/phalanks/phalanks-operator/test/olm"
 	"github.com/phalanks/phalanks-operator/test/olmv1"
 )
@@ -49,14 +51,16 @@ func TestOLMv1(t *testing.T) {
 
 // Everything the specs share, set up once.
 var (
-	ctx    context.Context
-	dir    string
-	k8s    client.Client
-	cs     kubernetes.Interface
-	local  *cluster.Cluster
-	lm     *olmv1.OLMv1
-	s3     *minio.Server
-	scheme = newScheme()
+	ctx   context.Context
+	dir   string
+	k8s   client.Client
+	cs    kubernetes.Interface
+	local *cluster.Cluster
+	lm    *olmv1.OLMv1
+	s3    *minio.Server
+	// egressProxy is the proxy the configuration ConfigMap's storagebucket-proxy names.
+	egressProxy *tinyproxy.Proxy
+	scheme      = newScheme()
 
 	// first is the first release (its released bundle, hack/olm/releases/0.1.0),
 	// previous the committed bundle's release, current the tree as the next patch
@@ -148,6 +152,13 @@ var _ = BeforeSuite(func() {
 	s3, err = minio.Start(minio.Options{Dir: minioDir, Host: cluster.NodeIP})
 	check(err)
 	DeferCleanup(s3.Stop)
+
+	By("starting the egress proxy StorageBucket endpoints are reached through (storagebucket-proxy)")
+	proxyDir := filepath.Join(dir, "tinyproxy")
+	Expect(os.MkdirAll(proxyDir, 0o700)).To(Succeed())
+	egressProxy, err = tinyproxy.Start(tinyproxy.Options{Dir: proxyDir, Listen: netip.MustParseAddr(cluster.NodeIP)})
+	check(err)
+	DeferCleanup(egressProxy.Stop)
 })
 
 // The folder with every log is named on failure and removed on success, after every

@@ -89,9 +89,7 @@ func egressSpecs() bool {
 			Expect(k8s.Create(ctx, sb)).To(Succeed())
 			By("without the company CA the endpoint's certificate is not trusted (the image has public roots only)")
 			expectBucketReady(sb, metav1.ConditionFalse, "TLSUnknownAuthority")
-			requests, err := proxy.Requests(cluster.NodeIP)
-			Expect(err).NotTo(HaveOccurred())
-			Expect(requests).To(BeZero(), "the proxy was used before the operator was told of it")
+			Expect(proxy.Tunnels(secure.Endpoint)).To(BeZero(), "the proxy was used before the operator was told of it")
 
 			By("the CA in the ConfigMap the patch mounts, and the patch applied as kustomize applies it")
 			ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "trusted-ca"},
@@ -117,8 +115,7 @@ func egressSpecs() bool {
 			expectOperatorAvailable()
 
 			expectBucketReady(sb, metav1.ConditionTrue, "BucketReady")
-			Eventually(func() (int, error) { return proxy.Requests(cluster.NodeIP) }).
-				WithTimeout(reconcileTimeout).WithPolling(poll).Should(BeNumerically(">", 0), "the probes did not go through the proxy")
+			Expect(proxy.Tunnels(secure.Endpoint)).To(BeNumerically(">", 0), "the probes did not go through the proxy")
 			apiServer := &corev1.Service{}
 			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, apiServer)).To(Succeed())
 			Expect(proxy.Requests(apiServer.Spec.ClusterIP)).To(BeZero(), "NO_PROXY let the Kubernetes client through the proxy")

@@ -187,18 +187,49 @@ func (p *Proxy) Requests(name string) (int, error) {
 	return n, nil
 }
 
+// Tunnels returns how many CONNECT requests to hostPort (host:port) the proxy was asked,
+// as its log records them.
+func (p *Proxy) Tunnels(hostPort string) (int, error) {
+	data, err := os.ReadFile(p.log)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for line := range strings.Lines(string(data)) {
+		if target, ok := tunnelTarget(line); ok && strings.EqualFold(target, hostPort) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// tunnelTarget returns the host:port of a CONNECT line of tinyproxy's log.
+func tunnelTarget(line string) (string, bool) {
+	f, ok := requestFields(line)
+	if !ok || f[0] != http.MethodConnect {
+		return "", false
+	}
+	return f[1], true
+}
+
+// requestFields returns the method and target of a request line of tinyproxy's log.
+func requestFields(line string) ([]string, bool) {
+	_, rest, ok := strings.Cut(line, "]: Request (file descriptor ")
+	if !ok {
+		return nil, false
+	}
+	_, rest, ok = strings.Cut(rest, "): ")
+	f := strings.Fields(rest)
+	return f, ok && len(f) >= 2
+}
+
 // requestedHost returns the host name of a request line of tinyproxy's log:
 //
 //	CONNECT   Nov 27 09:30:28.522 [5680]: Request (file descriptor 5): GET http://example.test:9000/ HTTP/1.1
 //	CONNECT   Nov 27 09:30:28.633 [5680]: Request (file descriptor 5): CONNECT example.test:9000 HTTP/1.1
 func requestedHost(line string) (string, bool) {
-	_, rest, ok := strings.Cut(line, "]: Request (file descriptor ")
+	f, ok := requestFields(line)
 	if !ok {
-		return "", false
-	}
-	_, rest, ok = strings.Cut(rest, "): ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 2 {
 		return "", false
 	}
 	if f[0] == http.MethodConnect {

@@ -41,6 +41,12 @@ func TestANameOnlyTheProxyResolvesIsServedAndCounted(t *testing.T) {
 	if n, err := p.Requests(name); err != nil || n != 2 {
 		t.Errorf("Requests(%q) = %d, %v; want the GET and the CONNECT", name, n, err)
 	}
+	if n, err := p.Tunnels(net.JoinHostPort(name, strconv.Itoa(port))); err != nil || n != 1 {
+		t.Errorf("Tunnels to %s:%d = %d, %v; want the CONNECT only", name, port, n, err)
+	}
+	if n, err := p.Tunnels(net.JoinHostPort(name, strconv.Itoa(port+1))); err != nil || n != 0 {
+		t.Errorf("Tunnels to another port = %d, %v", n, err)
+	}
 	if n, err := p.Requests("other.tinyproxy.test"); err != nil || n != 0 {
 		t.Errorf("Requests for a name nobody asked for = %d, %v", n, err)
 	}
