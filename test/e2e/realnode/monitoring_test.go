@@ -282,9 +282,9 @@ func monitoringSpecs() bool {
 			}
 			cm := &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "phalanks-operator-config"},
-				Data:       map[string]string{"zap-log-level": "debug", "scaling-concurrency": "4"},
+				Data:       map[string]string{"zap-log-level": "debug", "storagebucket-tick": "2s"},
 			}
-			By("creating it while the replicas run: the log level is live, --scaling-concurrency waits for a restart")
+			By("creating it while the replicas run: the log level is live, --storagebucket-tick waits for a restart")
 			Expect(k8s.Create(ctx, cm)).To(Succeed())
 			DeferCleanup(func() { _ = k8s.Delete(context.Background(), cm) })
 			var hash string
