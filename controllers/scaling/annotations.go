@@ -44,6 +44,10 @@ const (
 	// AnnotationDryRun "true" records what would be done for the workload and writes
 	// nothing (as --scaling-dry-run does for all of them).
 	AnnotationDryRun = annotationPrefix + "dry-run"
+	// AnnotationRestorePriority orders the restores that wait for their turn under
+	// --scaling-restore-rate: an integer from -1000 to 1000, higher first, 0 by default;
+	// those of one priority go in the order they fell due.
+	AnnotationRestorePriority = annotationPrefix + "restore-priority"
 
 	// AnnotationOriginalReplicas is written by the operator: the count to restore (for
 	// kinds that run or stop, 1: it ran).
@@ -74,8 +78,9 @@ var (
 	graceGroup     = []string{AnnotationGracePeriod}
 	wakeLeadGroup  = []string{AnnotationWakeLead}
 	dryRunGroup    = []string{AnnotationDryRun}
+	priorityGroup  = []string{AnnotationRestorePriority}
 	// userKeys are every key a user sets.
-	userKeys = concat(scheduleGroup, exclusionGroup, forceGroup, graceGroup, wakeLeadGroup, dryRunGroup)
+	userKeys = concat(scheduleGroup, exclusionGroup, forceGroup, graceGroup, wakeLeadGroup, dryRunGroup, priorityGroup)
 )
 
 func concat(groups ...[]string) []string {
@@ -156,6 +161,8 @@ type config struct {
 	grace              *time.Duration
 	wakeLead           *time.Duration
 	dryRun             bool
+	// priority is the restore priority (AnnotationRestorePriority).
+	priority int
 	// from names where the schedule came from, for messages.
 	from string
 	// warnings say how schedule elements the strict grammar rejects were read.
@@ -413,6 +420,13 @@ func resolve(layers []layer, d schedule.Defaults, ownScheduleOnly bool, now time
 			r.fail(l, AnnotationDryRun, strconv.Quote(v)+" must be true or false")
 		}
 	}
+	if l, ok := pick(layers, priorityGroup); ok {
+		p, err := RestorePriority(l.annotations[AnnotationRestorePriority])
+		if err != nil {
+			r.fail(l, AnnotationRestorePriority, err.Error())
+		}
+		c.priority = p
+	}
 	c.warnings = r.warnings
 	if n := c.size(); n > schedule.MaxElements {
 		r.problems = append(r.problems, fmt.Sprintf("its schedules have %d elements together, those of the holiday calendars they name included "+
@@ -432,6 +446,18 @@ func (c *config) size() int {
 		n += s.Size()
 	}
 	return n
+}
+
+// MaxRestorePriority bounds AnnotationRestorePriority both ways.
+const MaxRestorePriority = 1000
+
+// RestorePriority parses AnnotationRestorePriority: an integer from -1000 to 1000.
+func RestorePriority(v string) (int, error) {
+	p, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || p < -MaxRestorePriority || p > MaxRestorePriority {
+		return 0, fmt.Errorf("%s is not an integer from %d to %d", strconv.Quote(v), -MaxRestorePriority, MaxRestorePriority)
+	}
+	return p, nil
 }
 
 // gracePeriod parses a duration such as 30m, or whole seconds as kube-downscaler takes

@@ -131,8 +131,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"How long before its uptime begins a workload is restored, so that it runs when the uptime starts (at most 12h; "+
 			"the phalanks.io/wake-lead annotation overrides it).")
 	fs.Float64Var(&o.RestoreRate, "scaling-restore-rate", 0,
-		"Restores per second scheduled scaling writes at most, cluster wide, in the order they fall due (e.g. 0.5: one every "+
-			"2 s); 0 writes each as it falls due.")
+		"Restores per second scheduled scaling writes at most, cluster wide, by the workloads' phalanks.io/restore-priority "+
+			"(higher first) and then in the order they fall due (e.g. 0.5: one every 2 s); 0 writes each as it falls due.")
 	fs.BoolVar(&o.DryRun, "scaling-dry-run", false,
 		"Log scheduled-scaling decisions and record them as events, but change nothing.")
 	fs.StringVar(&o.DefaultUptime, "default-uptime", "",

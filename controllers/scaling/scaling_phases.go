@@ -64,7 +64,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else {
 		if !restoring {
 			r.s.pacer.release(obj.GetUID())
-		} else if slot := r.s.pacer.admit(obj.GetUID(), in.now); !slot.IsZero() {
+		} else if slot := r.s.pacer.admit(obj.GetUID(), d.priority, in.now); !slot.IsZero() {
 			// Its turn under --scaling-restore-rate comes later: nothing is written or
 			// reported until then.
 			r.wake.at(req, slot)
@@ -176,7 +176,7 @@ func (g *gatherer) gather(ctx context.Context, k *kind, obj client.Object) (inpu
 	if !scoped {
 		// Of the Namespace's annotations, only those that scale nothing down reach
 		// the kinds the defaults do not schedule.
-		nsAnnotations = pickKeys(ns.Annotations, exclusionGroup, dryRunGroup, graceGroup, wakeLeadGroup)
+		nsAnnotations = pickKeys(ns.Annotations, exclusionGroup, dryRunGroup, graceGroup, wakeLeadGroup, priorityGroup)
 	}
 	layers = append(layers, layer{source: "namespace " + obj.GetNamespace(), annotations: nsAnnotations})
 	if scoped && p.defaults != nil && !excluded {

@@ -229,6 +229,8 @@ type decision struct {
 	saved int32
 	// dryRun: record the decision, write nothing.
 	dryRun bool
+	// priority orders a restore that waits for its turn (AnnotationRestorePriority).
+	priority int
 	// savings is what the workload saves once the decision is carried out.
 	savings savings
 	// next is the next scheduled transition (for an excluded object: when its exclusion
@@ -307,6 +309,7 @@ func decideState(in inputs) decision {
 	}
 	d.events = append(warnings, d.events...)
 	d.dryRun = cfg.dryRun
+	d.priority = cfg.priority
 	d.from = cfg.from
 	return d
 }

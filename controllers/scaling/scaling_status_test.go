@@ -398,6 +398,41 @@ func TestTheWakeLeadFlagIsTheDefault(t *testing.T) {
 	}
 }
 
+// The restore priority comes from the workload, else its Namespace; a bad one is
+// refused like any other annotation, and nothing is scaled on it.
+func TestTheRestorePriorityIsTheWorkloadsOrItsNamespaces(t *testing.T) {
+	const work = "Mon-Fri 08:00-18:00 UTC"
+	decideWith := func(wl, ns map[string]string) decision {
+		a := map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3"}
+		maps.Copy(a, wl)
+		return decide(inputs{
+			now:      mustTime("2024-06-06T08:00:00Z"),
+			kind:     deployments.traits,
+			workload: workloadView{level: 0, annotations: a, created: mustTime("2024-01-01T00:00:00Z")},
+			layers:   []layer{{source: "namespace team-a", annotations: ns}},
+		})
+	}
+	for _, c := range []struct {
+		wl, ns map[string]string
+		want   int
+	}{
+		{nil, nil, 0},
+		{map[string]string{AnnotationRestorePriority: "100"}, nil, 100},
+		{nil, map[string]string{AnnotationRestorePriority: "-5"}, -5},
+		{map[string]string{AnnotationRestorePriority: " 7 "}, map[string]string{AnnotationRestorePriority: "1000"}, 7},
+	} {
+		if d := decideWith(c.wl, c.ns); d.state != stateUp || d.priority != c.want {
+			t.Errorf("workload %v, namespace %v: state %q, priority %d; want restored at %d", c.wl, c.ns, d.state, d.priority, c.want)
+		}
+	}
+	for _, bad := range []string{"high", "1001", "-1001", "1.5", ""} {
+		d := decideWith(map[string]string{AnnotationRestorePriority: bad}, nil)
+		if d.state != stateInvalid || len(d.events) == 0 || !strings.Contains(d.events[0].note, "is not an integer from -1000 to 1000") {
+			t.Errorf("restore-priority %q: state %q, events %+v; want refused", bad, d.state, d.events)
+		}
+	}
+}
+
 func sameWorkloadWrite(a, b *workloadWrite) bool {
 	if a == nil || b == nil {
 		return a == b

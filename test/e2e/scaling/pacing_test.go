@@ -82,3 +82,44 @@ func TestRestoresArePacedAtTheRestoreRate(t *testing.T) {
 	g.Expect(times[0]).To(BeTemporally(">=", end), "a restore before the downtime ended")
 	g.Eventually(restoreLagCount).Should(BeNumerically(">=", lagBefore+n), "each restore is timed")
 }
+
+// TestRestoresGoInOrderOfPriority runs six Deployments through a downtime that ends at
+// once for all of them, under --scaling-restore-rate=2: the two with restore-priority 100
+// (a database's and a cache's, say) come back first, then the one with 50, then the
+// rest, whatever order their reconciles came in.
+func TestRestoresGoInOrderOfPriority(t *testing.T) {
+	g := NewWithT(t)
+	end := time.Now().Add(15 * time.Second).UTC().Truncate(time.Second)
+	downtime := time.Now().Add(-time.Minute).UTC().Truncate(time.Second).Format(time.RFC3339) + "-" + end.Format(time.RFC3339)
+	ns := newNamespace(t, map[string]string{scaling.AnnotationDowntime: downtime})
+	priorities := map[string]string{"a-web": "", "b-web": "", "c-web": "", "x-db": "100", "y-cache": "100", "z-queue": "50"}
+	var deployments []*appsv1.Deployment
+	for name, p := range priorities {
+		var annotations map[string]string
+		if p != "" {
+			annotations = map[string]string{scaling.AnnotationRestorePriority: p}
+		}
+		deployments = append(deployments, newDeployment(t, ns, name, 2, annotations))
+	}
+	startOperator(t, scaling.Options{RestoreRate: 2})
+
+	replicas := func(d *appsv1.Deployment) func(Gomega) int32 {
+		return func(g Gomega) int32 { return ptr.Deref(live(d)(g).Spec.Replicas, -1) }
+	}
+	for _, d := range deployments {
+		g.Eventually(replicas(d)).WithTimeout(timeout).WithPolling(interval).Should(BeEquivalentTo(0), d.Name)
+	}
+	g.Expect(time.Now()).To(BeTemporally("<", end), "the machine was too slow to scale them down before the downtime ended")
+
+	var order []string
+	g.Eventually(func(g Gomega) int {
+		for _, d := range deployments {
+			if !slices.Contains(order, d.Name) && replicas(d)(g) == 2 {
+				order = append(order, d.Name)
+			}
+		}
+		return len(order)
+	}).WithTimeout(time.Until(end) + timeout).WithPolling(50 * time.Millisecond).Should(Equal(len(deployments)))
+	g.Expect(order[:2]).To(ConsistOf("x-db", "y-cache"), "restored in the order %v", order)
+	g.Expect(order[2]).To(Equal("z-queue"), "restored in the order %v", order)
+}
