@@ -375,20 +375,26 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// scaledDownOvernight is the decision's inputs at now for a Deployment with working hours
+// that was scaled down from 3, with more annotations on it and on its Namespace.
+func scaledDownOvernight(now time.Time, wl, ns map[string]string) inputs {
+	a := map[string]string{AnnotationUptime: "Mon-Fri 08:00-18:00 UTC", AnnotationOriginalReplicas: "3"}
+	maps.Copy(a, wl)
+	return inputs{
+		now:      now,
+		kind:     deployments.traits,
+		workload: workloadView{level: 0, annotations: a, created: mustTime("2024-01-01T00:00:00Z")},
+		layers:   []layer{{source: "namespace team-a", annotations: ns}},
+	}
+}
+
 // --scaling-wake-lead applies where no annotation sets a lead, and an annotation of 0
 // turns it off for its object.
 func TestTheWakeLeadFlagIsTheDefault(t *testing.T) {
-	const work = "Mon-Fri 08:00-18:00 UTC"
 	decideWith := func(annotations map[string]string) decision {
-		a := map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3"}
-		maps.Copy(a, annotations)
-		return decide(inputs{
-			now:      mustTime("2024-06-06T07:45:00Z"),
-			kind:     deployments.traits,
-			workload: workloadView{level: 0, annotations: a, created: mustTime("2024-01-01T00:00:00Z")},
-			layers:   []layer{{source: "namespace team-a"}},
-			wakeLead: 30 * time.Minute,
-		})
+		in := scaledDownOvernight(mustTime("2024-06-06T07:45:00Z"), annotations, nil)
+		in.wakeLead = 30 * time.Minute
+		return decide(in)
 	}
 	if d := decideWith(nil); d.state != stateUp || d.workload == nil || d.workload.level != 3 {
 		t.Errorf("with the flag's lead of 30m, 15 minutes before the uptime: state %q, write %+v; want restored", d.state, fmtWrite(d.workload))
@@ -401,16 +407,8 @@ func TestTheWakeLeadFlagIsTheDefault(t *testing.T) {
 // The restore priority comes from the workload, else its Namespace; a bad one is
 // refused like any other annotation, and nothing is scaled on it.
 func TestTheRestorePriorityIsTheWorkloadsOrItsNamespaces(t *testing.T) {
-	const work = "Mon-Fri 08:00-18:00 UTC"
 	decideWith := func(wl, ns map[string]string) decision {
-		a := map[string]string{AnnotationUptime: work, AnnotationOriginalReplicas: "3"}
-		maps.Copy(a, wl)
-		return decide(inputs{
-			now:      mustTime("2024-06-06T08:00:00Z"),
-			kind:     deployments.traits,
-			workload: workloadView{level: 0, annotations: a, created: mustTime("2024-01-01T00:00:00Z")},
-			layers:   []layer{{source: "namespace team-a", annotations: ns}},
-		})
+		return decide(scaledDownOvernight(mustTime("2024-06-06T08:00:00Z"), wl, ns))
 	}
 	for _, c := range []struct {
 		wl, ns map[string]string

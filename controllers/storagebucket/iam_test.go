@@ -84,6 +84,12 @@ func sessionCredentials(p iamPolicy) miniocreds.Value {
 	return v
 }
 
+// makeBucket creates a bucket on the suite's MinIO with its root credentials.
+func makeBucket(name string) {
+	GinkgoHelper()
+	Expect(s3.MakeBucket(context.Background(), name, miniogo.MakeBucketOptions{})).To(Succeed())
+}
+
 // iamCase is one policy of docs/iam, and the StorageBuckets it is for.
 type iamCase struct {
 	// id names the case's buckets.
@@ -206,27 +212,21 @@ var _ = Describe("The IAM policies of docs/iam, against MinIO's policy engine", 
 			}
 		},
 		Entry("observe.json, HeadBucket", iamCase{id: "head", file: "observe.json",
-			spec: func(*phalanksv1beta1.StorageBucket) {},
-			existing: func(b string) {
-				Expect(s3.MakeBucket(context.Background(), b, miniogo.MakeBucketOptions{})).To(Succeed())
-			}}),
+			spec:     func(*phalanksv1beta1.StorageBucket) {},
+			existing: makeBucket}),
 		Entry("observe.json, List", iamCase{id: "list", file: "observe.json",
-			spec: func(sb *phalanksv1beta1.StorageBucket) { sb.Spec.HealthCheck.Depth = phalanksv1beta1.ProbeList },
-			existing: func(b string) {
-				Expect(s3.MakeBucket(context.Background(), b, miniogo.MakeBucketOptions{})).To(Succeed())
-			}}),
+			spec:     func(sb *phalanksv1beta1.StorageBucket) { sb.Spec.HealthCheck.Depth = phalanksv1beta1.ProbeList },
+			existing: makeBucket}),
 		// Without s3:GetBucketObjectLockConfiguration it writes no canary and lists
 		// instead, which this policy does not allow either.
 		Entry("observe-readwrite.json, an unversioned bucket", iamCase{id: "rw", file: "observe-readwrite.json",
 			notNeeded: []string{"s3:DeleteObjectVersion"},
 			spec:      func(sb *phalanksv1beta1.StorageBucket) { sb.Spec.HealthCheck.Depth = phalanksv1beta1.ProbeReadWrite },
-			existing: func(b string) {
-				Expect(s3.MakeBucket(context.Background(), b, miniogo.MakeBucketOptions{})).To(Succeed())
-			}}),
+			existing:  makeBucket}),
 		Entry("observe-readwrite.json, a versioned bucket", iamCase{id: "rwv", file: "observe-readwrite.json",
 			spec: func(sb *phalanksv1beta1.StorageBucket) { sb.Spec.HealthCheck.Depth = phalanksv1beta1.ProbeReadWrite },
 			existing: func(b string) {
-				Expect(s3.MakeBucket(context.Background(), b, miniogo.MakeBucketOptions{})).To(Succeed())
+				makeBucket(b)
 				c, err := s3.Client()
 				Expect(err).NotTo(HaveOccurred())
 				Expect(c.EnableVersioning(context.Background(), b)).To(Succeed())
@@ -243,9 +243,7 @@ var _ = Describe("The IAM policies of docs/iam, against MinIO's policy engine", 
 				sb.Spec.ManagementPolicy = phalanksv1beta1.ManagementManage
 				sb.Annotations = map[string]string{phalanksv1beta1.AnnotationAdopt: "true"}
 			},
-			existing: func(b string) {
-				Expect(s3.MakeBucket(context.Background(), b, miniogo.MakeBucketOptions{})).To(Succeed())
-			}}),
+			existing: makeBucket}),
 		// MinIO authorizes ListObjectVersions with s3:ListBucket; AWS asks for
 		// s3:ListBucketVersions.
 		Entry("manage-delete.json", iamCase{id: "delete", file: "manage-delete.json", base: "manage.json", deletes: true,

@@ -48,13 +48,6 @@ func (l *Limit) Set(n int) int {
 	return l.limit
 }
 
-// Get returns the limit in force.
-func (l *Limit) Get() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.limit
-}
-
 // admit gives the free places to the first waiting reconciles.
 func (l *Limit) admit() {
 	for l.running < l.limit && len(l.waiting) > 0 {

@@ -94,8 +94,8 @@ func TestLimitStaysWithinTheWorkersStarted(t *testing.T) {
 	if l := New(10, 64); l.Workers() != 64 || l.Set(65) != 64 || l.Set(0) != 1 {
 		t.Errorf("a limit of 10 up to 64: %d workers, Set(65) = %d, Set(0) = %d", l.Workers(), l.Set(65), l.Set(0))
 	}
-	if l := New(128, 64); l.Workers() != 128 || l.Get() != 128 {
-		t.Errorf("a limit of 128 at start, up to 64: %d workers, limit %d", l.Workers(), l.Get())
+	if l := New(128, 64); l.Workers() != 128 || l.Set(200) != 128 {
+		t.Errorf("a limit of 128 at start, up to 64: %d workers, Set(200) = %d", l.Workers(), l.Set(200))
 	}
 }
 

@@ -174,29 +174,24 @@ func (p *Proxy) LogPath() string { return p.log }
 // Requests returns how many requests for the host name the proxy was asked, plain
 // (absolute-form) and CONNECT, as its log records them.
 func (p *Proxy) Requests(name string) (int, error) {
-	data, err := os.ReadFile(p.log)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for line := range strings.Lines(string(data)) {
-		if host, ok := requestedHost(line); ok && strings.EqualFold(host, name) {
-			n++
-		}
-	}
-	return n, nil
+	return p.count(requestedHost, name)
 }
 
 // Tunnels returns how many CONNECT requests to hostPort (host:port) the proxy was asked,
 // as its log records them.
 func (p *Proxy) Tunnels(hostPort string) (int, error) {
+	return p.count(tunnelTarget, hostPort)
+}
+
+// count returns how many lines of the log read name what it reads from them.
+func (p *Proxy) count(read func(line string) (string, bool), want string) (int, error) {
 	data, err := os.ReadFile(p.log)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	for line := range strings.Lines(string(data)) {
-		if target, ok := tunnelTarget(line); ok && strings.EqualFold(target, hostPort) {
+		if got, ok := read(line); ok && strings.EqualFold(got, want) {
 			n++
 		}
 	}
