@@ -31,6 +31,9 @@ const testTimeout = 2 * time.Minute
 // with the test binary the custom test image ships, against an API server where the
 // operator runs as OLM would start it from the bundle; each must print a passing
 // v1alpha3.TestStatus and nothing else.
+// The manager binary the tests build is removed after them.
+func TestMain(m *testing.M) { os.Exit(operatortest.Main(m)) }
+
 func TestCustomScorecardTests(t *testing.T) {
 	ctx := t.Context()
 	root, err := tools.RepoRoot()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -68,6 +69,9 @@ func previousRelease(t *testing.T, root string, current *apimanifests.Bundle) (s
 // TestUpgradeFromThePreviousRelease installs the previous release's CRDs, creates an
 // object of every version they serve, and checks OLM's rules before and after replacing
 // them with the current bundle's CRDs.
+// The manager binary the tests build is removed after them.
+func TestMain(m *testing.M) { os.Exit(operatortest.Main(m)) }
+
 func TestUpgradeFromThePreviousRelease(t *testing.T) {
 	ctx := t.Context()
 	root, err := tools.RepoRoot()

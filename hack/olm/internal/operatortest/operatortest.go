@@ -70,8 +70,18 @@ var (
 	errBuild  error
 )
 
+// Main runs the tests of a package that starts managers (call it from TestMain:
+// os.Exit(operatortest.Main(m))) and then removes the manager binary ManagerBinary built.
+func Main(m *testing.M) int {
+	code := m.Run()
+	if binary != "" {
+		_ = os.RemoveAll(filepath.Dir(binary))
+	}
+	return code
+}
+
 // ManagerBinary builds the manager from the repository (once per test process) into a
-// directory that lives as long as the process.
+// directory that lives as long as the process: Main removes it.
 func ManagerBinary() (string, error) {
 	buildOnce.Do(func() {
 		root, err := tools.RepoRoot()
