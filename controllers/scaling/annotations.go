@@ -48,6 +48,12 @@ const (
 	// --scaling-restore-rate: an integer from -1000 to 1000, higher first, 0 by default;
 	// those of one priority go in the order they fell due.
 	AnnotationRestorePriority = annotationPrefix + "restore-priority"
+	// AnnotationWakeAfter names workloads in the same namespace that must be Ready before
+	// the workload is restored: "statefulset/db" or "statefulset/db, deployment/cache".
+	AnnotationWakeAfter = annotationPrefix + "wake-after"
+	// AnnotationWakeAfterTimeout is how long a restore waits for the workloads
+	// AnnotationWakeAfter names before it goes ahead anyway: 10m by default, at most 12h.
+	AnnotationWakeAfterTimeout = annotationPrefix + "wake-after-timeout"
 
 	// AnnotationOriginalReplicas is written by the operator: the count to restore (for
 	// kinds that run or stop, 1: it ran).
@@ -79,8 +85,9 @@ var (
 	wakeLeadGroup  = []string{AnnotationWakeLead}
 	dryRunGroup    = []string{AnnotationDryRun}
 	priorityGroup  = []string{AnnotationRestorePriority}
+	wakeAfterGroup = []string{AnnotationWakeAfter, AnnotationWakeAfterTimeout}
 	// userKeys are every key a user sets.
-	userKeys = concat(scheduleGroup, exclusionGroup, forceGroup, graceGroup, wakeLeadGroup, dryRunGroup, priorityGroup)
+	userKeys = concat(scheduleGroup, exclusionGroup, forceGroup, graceGroup, wakeLeadGroup, dryRunGroup, priorityGroup, wakeAfterGroup)
 )
 
 func concat(groups ...[]string) []string {
@@ -163,6 +170,10 @@ type config struct {
 	dryRun             bool
 	// priority is the restore priority (AnnotationRestorePriority).
 	priority int
+	// wakeAfter are the workloads a restore waits for (AnnotationWakeAfter), at most
+	// wakeAfterTimeout.
+	wakeAfter        []Dependency
+	wakeAfterTimeout time.Duration
 	// from names where the schedule came from, for messages.
 	from string
 	// warnings say how schedule elements the strict grammar rejects were read.
@@ -426,6 +437,23 @@ func resolve(layers []layer, d schedule.Defaults, ownScheduleOnly bool, now time
 			r.fail(l, AnnotationRestorePriority, err.Error())
 		}
 		c.priority = p
+	}
+	if l, ok := pick(layers, wakeAfterGroup); ok {
+		c.wakeAfterTimeout = DefaultWakeAfterTimeout
+		if v, ok := l.annotations[AnnotationWakeAfter]; ok {
+			deps, err := WakeAfter(v)
+			if err != nil {
+				r.fail(l, AnnotationWakeAfter, err.Error())
+			}
+			c.wakeAfter = deps
+		}
+		if v, ok := l.annotations[AnnotationWakeAfterTimeout]; ok {
+			d, err := WakeAfterTimeout(v)
+			if err != nil {
+				r.fail(l, AnnotationWakeAfterTimeout, err.Error())
+			}
+			c.wakeAfterTimeout = d
+		}
 	}
 	c.warnings = r.warnings
 	if n := c.size(); n > schedule.MaxElements {

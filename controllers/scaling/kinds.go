@@ -179,6 +179,8 @@ var deployments = &kind{
 			Replicas: d.Spec.Replicas,
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: d.Spec.Template.Labels},
 				Spec: corev1.PodSpec{Resources: slimRequests(&d.Spec.Template), PriorityClassName: d.Spec.Template.Spec.PriorityClassName}},
+		}, Status: appsv1.DeploymentStatus{ // whether it is Ready, for the restores that wait for it
+			ObservedGeneration: d.Status.ObservedGeneration, AvailableReplicas: d.Status.AvailableReplicas,
 		}}, nil
 	},
 }
@@ -210,6 +212,8 @@ var statefulSets = &kind{
 			Replicas: s.Spec.Replicas,
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: s.Spec.Template.Labels},
 				Spec: corev1.PodSpec{Resources: slimRequests(&s.Spec.Template), PriorityClassName: s.Spec.Template.Spec.PriorityClassName}},
+		}, Status: appsv1.StatefulSetStatus{ // whether it is Ready, for the restores that wait for it
+			ObservedGeneration: s.Status.ObservedGeneration, AvailableReplicas: s.Status.AvailableReplicas,
 		}}, nil
 	},
 }

@@ -51,6 +51,8 @@ type scaler struct {
 	gather *gatherer
 	// pacer spreads restores at --scaling-restore-rate.
 	pacer *pacer
+	// deps are the restores that wait for other workloads (wake-after).
+	deps *dependencies
 
 	mu sync.Mutex
 	// controllers are the kinds set up, by group and kind.
@@ -113,6 +115,7 @@ func newScaler(mgr manager.Manager, o Options, p *policy) (*scaler, error) {
 		controllers: map[schema.GroupKind]*kindController{},
 		pending:     map[string]string{},
 		pacer:       newPacer(o.RestoreRate),
+		deps:        newDependencies(),
 		concurrency: o.Concurrency,
 	}
 	s.policy.Store(p)
@@ -200,6 +203,12 @@ func (s *scaler) setupKind(k *kind) error {
 		WatchesRawSource(s.resync(k.newList))
 	if k.autoscaled {
 		b = b.WatchesRawSource(source.Kind[client.Object](s.cache, hpaObject(), hpaHandler(k), hpaPredicate()))
+	}
+	for _, dk := range []*kind{deployments, statefulSets} {
+		if s.watchesDependencies(dk) {
+			h, p := s.dependencyHandler(k, dk)
+			b = b.WatchesRawSource(source.Kind(s.cache, dk.newObject(), h, p))
+		}
 	}
 	c, err := b.Build(workers.Reconciler(limit, r))
 	if err != nil {

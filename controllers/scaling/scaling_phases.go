@@ -64,12 +64,27 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else {
 		if !restoring {
 			r.s.pacer.release(obj.GetUID())
-		} else if slot := r.s.pacer.admit(obj.GetUID(), d.priority, in.now); !slot.IsZero() {
-			// Its turn under --scaling-restore-rate comes later: nothing is written or
-			// reported until then.
-			r.wake.at(req, slot)
-			log.V(1).Info("restore waits for its turn", "at", stamp(slot))
-			return ctrl.Result{}, nil
+			r.s.deps.release(r.waiterKey(obj))
+		} else {
+			again, warnings, err := r.awaitDependencies(ctx, obj, d, in.now)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if !again.IsZero() {
+				// It waits for the workloads its wake-after names: nothing is written or
+				// reported until they are Ready, or the wait times out.
+				r.wake.at(req, again)
+				return ctrl.Result{}, nil
+			}
+			d.events = append(d.events, warnings...)
+			wanted := r.s.deps.wanted(dependencyKey{kind: k.name, namespace: obj.GetNamespace(), name: obj.GetName()})
+			if slot := r.s.pacer.admit(obj.GetUID(), restoreRank(d.priority, wanted), in.now); !slot.IsZero() {
+				// Its turn under --scaling-restore-rate comes later: nothing is written or
+				// reported until then.
+				r.wake.at(req, slot)
+				log.V(1).Info("restore waits for its turn", "at", stamp(slot))
+				return ctrl.Result{}, nil
+			}
 		}
 		scheduled, scheduledErr := time.Parse(time.RFC3339, obj.GetAnnotations()[AnnotationNextTransition])
 		if d.workload != nil {
@@ -80,8 +95,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.writeAutoscaler(ctx, obj, d.hpa); err != nil {
 			return ctrl.Result{}, err
 		}
-		if restoring && scheduledErr == nil && !in.now.Before(scheduled) {
-			restoreLag.WithLabelValues(k.name).Observe(in.now.Sub(scheduled).Seconds())
+		if restoring {
+			r.s.deps.release(r.waiterKey(obj))
+			if scheduledErr == nil && !in.now.Before(scheduled) {
+				restoreLag.WithLabelValues(k.name).Observe(in.now.Sub(scheduled).Seconds())
+			}
 		}
 	}
 	countActions(k.name, d.actions, d.dryRun)
@@ -120,6 +138,7 @@ func (r *reconciler) decide(ctx context.Context, obj client.Object, in inputs) d
 
 func (r *reconciler) forget(req ctrl.Request) {
 	tracked.forget(r.kind.name, req.NamespacedName)
+	r.s.deps.release(waiterKey{kind: r.kind.name, obj: req.NamespacedName})
 	r.wake.at(req, time.Time{})
 }
 
@@ -176,7 +195,7 @@ func (g *gatherer) gather(ctx context.Context, k *kind, obj client.Object) (inpu
 	if !scoped {
 		// Of the Namespace's annotations, only those that scale nothing down reach
 		// the kinds the defaults do not schedule.
-		nsAnnotations = pickKeys(ns.Annotations, exclusionGroup, dryRunGroup, graceGroup, wakeLeadGroup, priorityGroup)
+		nsAnnotations = pickKeys(ns.Annotations, exclusionGroup, dryRunGroup, graceGroup, wakeLeadGroup, priorityGroup, wakeAfterGroup)
 	}
 	layers = append(layers, layer{source: "namespace " + obj.GetNamespace(), annotations: nsAnnotations})
 	if scoped && p.defaults != nil && !excluded {

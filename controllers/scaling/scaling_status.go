@@ -231,6 +231,9 @@ type decision struct {
 	dryRun bool
 	// priority orders a restore that waits for its turn (AnnotationRestorePriority).
 	priority int
+	// wakeAfter are the workloads a restore waits for, at most wakeAfterTimeout.
+	wakeAfter        []Dependency
+	wakeAfterTimeout time.Duration
 	// savings is what the workload saves once the decision is carried out.
 	savings savings
 	// next is the next scheduled transition (for an excluded object: when its exclusion
@@ -310,6 +313,7 @@ func decideState(in inputs) decision {
 	d.events = append(warnings, d.events...)
 	d.dryRun = cfg.dryRun
 	d.priority = cfg.priority
+	d.wakeAfter, d.wakeAfterTimeout = cfg.wakeAfter, cfg.wakeAfterTimeout
 	d.from = cfg.from
 	return d
 }
