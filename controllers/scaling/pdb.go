@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,10 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -304,7 +307,7 @@ func (s *scaler) setupPDB() error {
 	}
 	if len(r.covered) > 0 {
 		// A pod of something else appearing under a relaxed budget restores it.
-		b = b.WatchesRawSource(source.Kind[client.Object](s.cache, &corev1.Pod{},
+		b = b.WatchesRawSource(source.Kind[client.Object](s.cache, podMetadata(),
 			r.budgetsSelecting(client.Object.GetLabels), podPredicate()))
 	}
 	if err := b.Complete(workers.Reconciler(limit, r)); err != nil {
@@ -328,6 +331,7 @@ func (r *pdbReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		tracked.forget(pdbKindName, req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
+	// The cache holds the pods that have not finished only (see podMetadata).
 	in, err := r.gather(ctx, r.s.cache, pdb)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -336,7 +340,7 @@ func (r *pdbReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if relaxes(w) {
 		// A relaxed budget lets a drain evict every pod it selects: decide that on what
 		// the API server holds now, not on a cache that may lag behind a pod just started.
-		if in, err = r.gather(ctx, r.s.mgr.GetAPIReader(), pdb); err != nil {
+		if in, err = r.gather(ctx, r.s.mgr.GetAPIReader(), pdb, client.MatchingFieldsSelector{Selector: unfinishedPods}); err != nil {
 			return ctrl.Result{}, err
 		}
 		st, w, events = decidePDB(in)
@@ -364,7 +368,7 @@ func relaxes(w *pdbWrite) bool { return w != nil && w.relax }
 // gather reads the budget's workloads (those of the covered kinds in its namespace whose
 // pod template labels its selector matches) and the pods it selects, with their owners,
 // from reader: the scaling cache, or the API server before a budget is relaxed.
-func (r *pdbReconciler) gather(ctx context.Context, reader client.Reader, pdb *policyv1.PodDisruptionBudget) (pdbInputs, error) {
+func (r *pdbReconciler) gather(ctx context.Context, reader client.Reader, pdb *policyv1.PodDisruptionBudget, podFilter ...client.ListOption) (pdbInputs, error) {
 	ns := &corev1.Namespace{}
 	if err := r.s.cache.Get(ctx, types.NamespacedName{Name: pdb.Namespace}, ns); err != nil {
 		// As for workloads: nothing is decided in a Namespace that cannot be read.
@@ -409,17 +413,15 @@ func (r *pdbReconciler) gather(ctx context.Context, reader client.Reader, pdb *p
 		// Nothing the operator scales: the pods do not matter.
 		return in, nil
 	}
-	pods := &corev1.PodList{}
-	if err := reader.List(ctx, pods, client.InNamespace(pdb.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	pods := &metav1.PartialObjectMetadataList{}
+	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	opts := append([]client.ListOption{client.InNamespace(pdb.Namespace), client.MatchingLabelsSelector{Selector: sel}}, podFilter...)
+	if err := reader.List(ctx, pods, opts...); err != nil {
 		return pdbInputs{}, fmt.Errorf("list pods: %w", err)
 	}
 	owners := ownerFinder{reader: reader, namespace: pdb.Namespace, replicaSets: map[string]*metav1.OwnerReference{}}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			// A pod that finished runs nothing a drain could disrupt.
-			continue
-		}
 		owner, err := owners.of(ctx, p)
 		if err != nil {
 			return pdbInputs{}, err
@@ -440,7 +442,7 @@ type ownerFinder struct {
 // of returns the owner of a pod: the Deployment that controls the ReplicaSet that
 // controls it, or its own controller. A controller reference is followed only when the
 // object it names exists with that UID, so a forged reference leads nowhere.
-func (f *ownerFinder) of(ctx context.Context, pod *corev1.Pod) (podOwner, error) {
+func (f *ownerFinder) of(ctx context.Context, pod metav1.Object) (podOwner, error) {
 	ref := metav1.GetControllerOfNoCopy(pod)
 	if ref == nil {
 		return podOwner{}, nil
@@ -577,30 +579,90 @@ func coveredPredicate() predicate.TypedFuncs[client.Object] {
 }
 
 // podPredicate passes the pod changes that can change a budget's decision: a pod
-// appearing or going, changing labels or controller, finishing or being deleted. The
-// kubelet's status updates pass only when the phase changes.
+// appearing or going (a pod that finishes leaves the cache: see podMetadata), changing
+// labels or controller, or being deleted. The kubelet's status updates do not change
+// the metadata; they pass only as a pod that finishes.
 func podPredicate() predicate.TypedFuncs[client.Object] {
 	return predicate.TypedFuncs[client.Object]{
 		UpdateFunc: func(e event.TypedUpdateEvent[client.Object]) bool {
-			old, cur := e.ObjectOld.(*corev1.Pod), e.ObjectNew.(*corev1.Pod)
-			return !maps.Equal(old.Labels, cur.Labels) || old.Status.Phase != cur.Status.Phase ||
-				!equality.Semantic.DeepEqual(old.OwnerReferences, cur.OwnerReferences) ||
-				old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero()
+			old, cur := e.ObjectOld, e.ObjectNew
+			return !maps.Equal(old.GetLabels(), cur.GetLabels()) ||
+				!equality.Semantic.DeepEqual(old.GetOwnerReferences(), cur.GetOwnerReferences()) ||
+				old.GetDeletionTimestamp().IsZero() != cur.GetDeletionTimestamp().IsZero()
 		},
 		GenericFunc: func(event.TypedGenericEvent[client.Object]) bool { return false },
 	}
 }
 
-// slimPod keeps what budgets read of pods: identity, labels, the controller reference
-// and the phase. A cluster's pods are its most numerous objects; their specs and
-// statuses never reach the cache.
+// unfinishedPods selects the pods that have not finished: one that succeeded or failed
+// runs nothing a drain could disrupt.
+var unfinishedPods = fields.AndSelectors(
+	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)))
+
+// podMetadata is how the scaling cache holds pods: their metadata only, of those that
+// have not finished (unfinishedPods, which the API server applies to the watch: a pod
+// that finishes is deleted from the cache). A cluster's pods are its most numerous
+// objects; a typed Pod, even slimmed, is a 1.2 KB struct before its strings.
+func podMetadata() client.Object {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	return m
+}
+
+// slimPod keeps what budgets read of pods: name, namespace, labels and the controller
+// reference. The strings many pods share (the namespace, label keys and values, the
+// controller's kind and name) are shared in the cache too (podStrings).
 func slimPod(obj any) (any, error) {
-	p, ok := obj.(*corev1.Pod)
+	p, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return obj, nil
 	}
-	meta := slimMeta(p.ObjectMeta)
-	meta.Annotations = nil
-	meta.Labels = p.Labels
-	return &corev1.Pod{ObjectMeta: meta, Status: corev1.PodStatus{Phase: p.Status.Phase}}, nil
+	meta := metav1.ObjectMeta{
+		Name:              p.Name,
+		Namespace:         podStrings.of(p.Namespace),
+		DeletionTimestamp: p.DeletionTimestamp,
+	}
+	if len(p.Labels) > 0 {
+		meta.Labels = make(map[string]string, len(p.Labels))
+		for k, v := range p.Labels {
+			meta.Labels[podStrings.of(k)] = podStrings.of(v)
+		}
+	}
+	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
+		meta.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: podStrings.of(ref.APIVersion), Kind: podStrings.of(ref.Kind), Name: podStrings.of(ref.Name),
+			UID: types.UID(podStrings.of(string(ref.UID))), Controller: ptr.To(true),
+		}}
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: p.TypeMeta, ObjectMeta: meta}, nil
+}
+
+// podStrings shares the strings of cached pods.
+var podStrings = newInterner(1 << 16)
+
+// interner hands out one copy of each string it is given, so that the many objects that
+// hold the same string hold one. It forgets them all once it holds max, which bounds it
+// in a cluster whose strings change over months: those handed out stay valid.
+type interner struct {
+	mu   sync.Mutex
+	max  int
+	strs map[string]string
+}
+
+func newInterner(maxStrings int) *interner {
+	return &interner{max: maxStrings, strs: map[string]string{}}
+}
+
+func (in *interner) of(s string) string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if c, ok := in.strs[s]; ok {
+		return c
+	}
+	if len(in.strs) >= in.max {
+		clear(in.strs)
+	}
+	in.strs[s] = s
+	return s
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"unsafe"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -141,4 +143,71 @@ func TestAReplicaSetIsReadOncePerLookupAndAFailedReadFailsIt(t *testing.T) {
 	if got, err := f.of(ctx, pod); err == nil {
 		t.Errorf("owner = %+v without an error, although the ReplicaSet could not be read", got)
 	}
+}
+
+func TestCachedPodsShareTheirCommonStrings(t *testing.T) {
+	pod := func(name string) *metav1.PartialObjectMetadata {
+		// Each pod's strings are its own, as a decoder makes them.
+		own := func(s string) string { return string([]byte(s)) }
+		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: own("team"), UID: types.UID(name + "-uid"), ResourceVersion: "42",
+			Labels:          map[string]string{own("app"): own("web"), own("pod-template-hash"): own("7c9f4")},
+			Annotations:     map[string]string{"kubectl.kubernetes.io/restartedAt": "now"},
+			OwnerReferences: []metav1.OwnerReference{controllerRef(own("apps/v1"), own("ReplicaSet"), own("web-7c9f4"), types.UID(own("rs-uid")))},
+		}}
+	}
+	slim := func(p *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+		out, err := slimPod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.(*metav1.PartialObjectMetadata)
+	}
+	a, b := slim(pod("web-7c9f4-a")), slim(pod("web-7c9f4-b"))
+	want := metav1.ObjectMeta{Name: "web-7c9f4-a", Namespace: "team", Labels: map[string]string{"app": "web", "pod-template-hash": "7c9f4"},
+		OwnerReferences: []metav1.OwnerReference{controllerRef("apps/v1", "ReplicaSet", "web-7c9f4", "rs-uid")}}
+	if !equality.Semantic.DeepEqual(a.ObjectMeta, want) {
+		t.Fatalf("slimPod kept %+v; want %+v", a.ObjectMeta, want)
+	}
+	same := func(what, x, y string) {
+		if !sameBytes(x, y) {
+			t.Errorf("the two pods hold two copies of %s %q", what, x)
+		}
+	}
+	same("the namespace", a.Namespace, b.Namespace)
+	same("a label value", a.Labels["pod-template-hash"], b.Labels["pod-template-hash"])
+	for k := range a.Labels {
+		for k2 := range b.Labels {
+			if k == k2 {
+				same("a label key", k, k2)
+			}
+		}
+	}
+	ra, rb := a.OwnerReferences[0], b.OwnerReferences[0]
+	same("the controller's name", ra.Name, rb.Name)
+	same("the controller's kind", ra.Kind, rb.Kind)
+	same("the controller's UID", string(ra.UID), string(rb.UID))
+}
+
+func TestTheInternerForgetsWhenFull(t *testing.T) {
+	in := newInterner(2)
+	// Strings of more than one byte: the runtime shares one-byte strings anyway.
+	fresh := func(s string) string { return string([]byte(s)) }
+	x := in.of(fresh("web-7c9f4"))
+	if got := in.of(fresh("web-7c9f4")); !sameBytes(got, x) {
+		t.Error("the second copy is not the first")
+	}
+	in.of(fresh("db-0"))
+	in.of(fresh("cache-0")) // full: forgets the two before
+	if len(in.strs) != 1 {
+		t.Errorf("it holds %d strings; want 1 after forgetting", len(in.strs))
+	}
+	if got := in.of(fresh("web-7c9f4")); got != "web-7c9f4" || sameBytes(got, x) {
+		t.Error("web-7c9f4 was not forgotten")
+	}
+}
+
+// sameBytes reports whether two strings share their bytes, not only their value.
+func sameBytes(a, b string) bool {
+	return unsafe.StringData(a) == unsafe.StringData(b) //nolint:gosec // G103: where the bytes are is what the tests check
 }

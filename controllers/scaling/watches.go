@@ -68,7 +68,7 @@ func newCache(mgr manager.Manager, resources []string) (cache.Cache, error) {
 	}
 	if slices.Contains(resources, pdbResource) {
 		byObject[&policyv1.PodDisruptionBudget{}] = cache.ByObject{Transform: slimPDB}
-		byObject[&corev1.Pod{}] = cache.ByObject{Transform: slimPod}
+		byObject[podMetadata()] = cache.ByObject{Field: unfinishedPods, Transform: slimPod}
 	}
 	c, err := cache.New(cfg, cache.Options{
 		Scheme:           mgr.GetScheme(),

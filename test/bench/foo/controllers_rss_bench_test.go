@@ -144,9 +144,9 @@ func BenchmarkControllersRSS(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Logf("%s (%s): synced after %s; RSS %.1f MiB (peak %.1f MiB), Go heap in use %.1f MiB; controllers %v",
+		b.Logf("%s (%s): synced after %s; RSS %.1f MiB (peak %.1f MiB), Go heap in use %.1f MiB, live after a collection %.1f MiB; controllers %v",
 			run.name, strings.Join(append([]string{"bin/manager"}, run.args...), " "), m.synced.Round(time.Millisecond),
-			m.rssMiB, m.peakMiB, m.heapMiB, running)
+			m.rssMiB, m.peakMiB, m.heapMiB, m.liveMiB, running)
 		if run.controllers != nil {
 			if !slices.Equal(running, run.controllers) {
 				b.Errorf("%s: the manager runs the controllers %v, want only %v", run.name, running, run.controllers)
@@ -158,6 +158,7 @@ func BenchmarkControllersRSS(b *testing.B) {
 		b.ReportMetric(m.rssMiB, run.name+"-rss-MiB")
 		b.ReportMetric(m.peakMiB, run.name+"-peak-rss-MiB")
 		b.ReportMetric(m.heapMiB, run.name+"-heap-inuse-MiB")
+		b.ReportMetric(m.liveMiB, run.name+"-heap-live-MiB")
 		readings[run.name] = m
 	}
 	sb, al := readings["storagebucket"], readings["all"]
