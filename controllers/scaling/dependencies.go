@@ -320,6 +320,9 @@ func (s *scaler) watchesDependencies(dk *kind) bool {
 // to report with the restore (a dependency missing, or not Ready in time). Once it has
 // stopped waiting it does not wait again until the restore is written or called off.
 func (r *reconciler) awaitDependencies(ctx context.Context, obj client.Object, d decision, now time.Time) (time.Time, []eventSpec, error) {
+	if len(d.wakeAfter) == 0 {
+		return time.Time{}, nil, nil
+	}
 	w := r.waiterKey(obj)
 	if events, ok := r.s.deps.passed(w); ok {
 		return time.Time{}, events, nil
@@ -336,6 +339,9 @@ func (r *reconciler) awaitDependencies(ctx context.Context, obj client.Object, d
 			continue
 		}
 		on = append(on, dependencyKey{kind: dk.name, namespace: obj.GetNamespace(), name: dep.Name})
+	}
+	if len(on) == 0 {
+		return time.Time{}, missingEvents(missing), nil
 	}
 	// Recorded before the dependencies are read, so that one that becomes Ready after
 	// the read wakes this restore.

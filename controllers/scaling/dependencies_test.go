@@ -163,3 +163,18 @@ func TestADependencyGoesBeforeEveryPriority(t *testing.T) {
 		t.Error("priorities do not order the wanted restores among themselves, or change the others")
 	}
 }
+
+// Only a scheduled restore waits for what wake-after names: one that an exclusion asks
+// for (kubectl phalanks wake writes exclude-until) means now.
+func TestOnlyAScheduledRestoreWaitsForItsDependencies(t *testing.T) {
+	at := mustTime("2024-06-06T08:00:00Z")
+	wl := map[string]string{AnnotationWakeAfter: "sts/db", AnnotationWakeAfterTimeout: "3m"}
+	if d := decide(scaledDownOvernight(at, wl, nil)); d.state != stateUp || len(d.wakeAfter) != 1 || d.wakeAfterTimeout != 3*time.Minute {
+		t.Errorf("at the uptime: state %q, wake-after %v for %s; want restored after StatefulSet/db, at most 3m", d.state, d.wakeAfter, d.wakeAfterTimeout)
+	}
+	wl[AnnotationExcludeUntil] = "2024-06-06T01:00:00Z" // woken at night, until one
+	d := decide(scaledDownOvernight(mustTime("2024-06-06T00:30:00Z"), wl, nil))
+	if d.state != stateExcluded || d.workload == nil || len(d.wakeAfter) != 0 {
+		t.Errorf("woken by an exclusion: state %q, write %+v, wake-after %v; want restored at once", d.state, fmtWrite(d.workload), d.wakeAfter)
+	}
+}

@@ -177,8 +177,9 @@ var deployments = &kind{
 		}
 		return &appsv1.Deployment{ObjectMeta: slimMeta(d.ObjectMeta), Spec: appsv1.DeploymentSpec{
 			Replicas: d.Spec.Replicas,
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: d.Spec.Template.Labels},
-				Spec: corev1.PodSpec{Resources: slimRequests(&d.Spec.Template), PriorityClassName: d.Spec.Template.Spec.PriorityClassName}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: d.Spec.Template.Labels, Annotations: slimTemplateAnnotations(&d.Spec.Template)},
+				Spec:       corev1.PodSpec{PriorityClassName: d.Spec.Template.Spec.PriorityClassName}},
 		}, Status: appsv1.DeploymentStatus{ // whether it is Ready, for the restores that wait for it
 			ObservedGeneration: d.Status.ObservedGeneration, AvailableReplicas: d.Status.AvailableReplicas,
 		}}, nil
@@ -210,8 +211,9 @@ var statefulSets = &kind{
 		}
 		return &appsv1.StatefulSet{ObjectMeta: slimMeta(s.ObjectMeta), Spec: appsv1.StatefulSetSpec{
 			Replicas: s.Spec.Replicas,
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: s.Spec.Template.Labels},
-				Spec: corev1.PodSpec{Resources: slimRequests(&s.Spec.Template), PriorityClassName: s.Spec.Template.Spec.PriorityClassName}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: s.Spec.Template.Labels, Annotations: slimTemplateAnnotations(&s.Spec.Template)},
+				Spec:       corev1.PodSpec{PriorityClassName: s.Spec.Template.Spec.PriorityClassName}},
 		}, Status: appsv1.StatefulSetStatus{ // whether it is Ready, for the restores that wait for it
 			ObservedGeneration: s.Status.ObservedGeneration, AvailableReplicas: s.Status.AvailableReplicas,
 		}}, nil

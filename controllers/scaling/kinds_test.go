@@ -7,10 +7,14 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/phalanks/phalanks-operator/internal/schedule"
 )
@@ -473,4 +477,43 @@ func TestABudgetSwitchedToTheOtherFieldDuringTheDowntimeKeepsTheSwitch(t *testin
 			}
 		})
 	}
+}
+
+// The scaling cache's slim Deployments and StatefulSets keep what decisions read: the
+// pod requests the savings record (as one string, not a ResourceList) and whether they
+// are Ready (for wake-after), and no containers.
+func TestSlimWorkloadsKeepTheirRequestsAndReadiness(t *testing.T) {
+	template := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
+		{Name: "app", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}}},
+		{Name: "proxy", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("150m"), corev1.ResourceMemory: resource.MustParse("128Mi")}}},
+	}}}
+	whole := []client.Object{
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Generation: 2}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Template: template},
+			Status: appsv1.DeploymentStatus{ObservedGeneration: 2, AvailableReplicas: 2, ReadyReplicas: 2, Replicas: 2}},
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db", Generation: 2}, Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](2), Template: template},
+			Status: appsv1.StatefulSetStatus{ObservedGeneration: 2, AvailableReplicas: 2, ReadyReplicas: 2, Replicas: 2}},
+	}
+	for i, k := range []*kind{deployments, statefulSets} {
+		out, err := k.transform(whole[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		slim := out.(client.Object)
+		if got, want := templateRequests(slim), templateRequests(whole[i]); got != want || want != "cpu=250m,memory=256Mi" {
+			t.Errorf("%s: the slim copy requests %q, the object %q; want cpu=250m,memory=256Mi", k.name, got, want)
+		}
+		if ready, why := dependencyReady(slim); !ready {
+			t.Errorf("%s: the slim copy is not Ready: %s", k.name, why)
+		}
+	}
+	if d := must(deployments.transform(whole[0])).(*appsv1.Deployment); len(d.Spec.Template.Spec.Containers) != 0 {
+		t.Errorf("the slim Deployment keeps %d containers", len(d.Spec.Template.Spec.Containers))
+	}
+}
+
+func must(v any, err error) any {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -10,8 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -179,7 +177,7 @@ func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
 
 func TestAScaleDownRecordsWhenAndWhatAPodRequested(t *testing.T) {
 	night := mustTime("2024-06-05T20:00:00Z")
-	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")}
+	requests := "cpu=250m,memory=256Mi"
 	in := inputs{now: night, kind: deployments.traits, grace: time.Minute,
 		workload: workloadView{level: 3, created: mustTime("2024-01-01T00:00:00Z"), podRequests: requests,
 			annotations: map[string]string{AnnotationUptime: "Mon-Fri 08:00-18:00 UTC"}}}
@@ -198,7 +196,7 @@ func TestAScaleDownRecordsWhenAndWhatAPodRequested(t *testing.T) {
 	// Later, with a template that now requests more, the record of the scale-down holds.
 	in.now = night.Add(time.Hour)
 	in.workload.level = 1
-	in.workload.podRequests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+	in.workload.podRequests = "cpu=2"
 	in.workload.annotations = map[string]string{AnnotationUptime: "Mon-Fri 08:00-18:00 UTC", AnnotationDowntimeReplicas: "1",
 		AnnotationOriginalReplicas: "3", AnnotationScaledDownAt: a[AnnotationScaledDownAt], AnnotationPodRequests: a[AnnotationPodRequests],
 		AnnotationNextTransition: "2024-06-05T21:00:00Z"}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -95,7 +94,7 @@ type workloadView struct {
 	controller  *metav1.OwnerReference
 	// podRequests is what one pod of its template requests now (Deployments and
 	// StatefulSets).
-	podRequests corev1.ResourceList
+	podRequests string
 	// maxReplicas caps the level a restore writes, for an autoscaler scheduled in its own
 	// right (its level is minReplicas); 0 for other kinds.
 	maxReplicas int32
@@ -313,7 +312,11 @@ func decideState(in inputs) decision {
 	d.events = append(warnings, d.events...)
 	d.dryRun = cfg.dryRun
 	d.priority = cfg.priority
-	d.wakeAfter, d.wakeAfterTimeout = cfg.wakeAfter, cfg.wakeAfterTimeout
+	if d.state == stateUp {
+		// Only a scheduled restore waits: one that an exclusion asks for (kubectl phalanks
+		// wake) means now.
+		d.wakeAfter, d.wakeAfterTimeout = cfg.wakeAfter, cfg.wakeAfterTimeout
+	}
 	d.from = cfg.from
 	return d
 }
