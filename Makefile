@@ -237,11 +237,16 @@ test-suites:
 	@# inside a sandbox without network.
 	go -C hack/tools/prometheus-operator mod download github.com/prometheus-operator/prometheus-operator
 	IMAGE_LAYOUT=$(IMAGE_LAYOUT) go test $(GO_TEST_FLAGS) -p $(GO_TEST_PARALLEL) $(GO_TEST_FIRST) $(GO_TEST_PACKAGES)
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) test-suites-oldest test-suites-olm
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) test-suites-oldest test-suites-olm test-suites-versitygw
 
-.PHONY: test-suites-oldest test-suites-olm
+.PHONY: test-suites-oldest test-suites-olm test-suites-versitygw
 test-suites-oldest:
 	PHALANKS_KUBE_TOOLS=$(KUBE_OLDEST) go test $(GO_TEST_FLAGS) -p $(GO_TEST_PARALLEL) $(KUBE_OLDEST_SUITES)
+# The StorageBucket controller's suite once more against versitygw, the second S3
+# implementation (docs/storagebucket.md, "S3 implementations"); the specs of what only
+# MinIO offers carry the label minio-only.
+test-suites-versitygw:
+	PHALANKS_TEST_S3=versitygw go test $(GO_TEST_FLAGS) ./controllers/storagebucket -ginkgo.label-filter='!minio-only'
 test-suites-olm:
 	go -C $(OLM_MODULE) test -tags $(OLM_GO_TAGS) $(OLM_TEST_FLAGS) ./...
 
@@ -548,7 +553,7 @@ TOOLS_undeploy := gen kubectl
 # node, by the same go build: in the background it compiled the Kubernetes packages a
 # second time, beside the foreground build (4m54s on two cores, from empty caches).
 TOOLS_demo := gen kube node containerd cni kubectl minio kwok
-TOOLS_test := gen sdk kube kubectl kwok minio node containerd cni krew prometheus prometheus-operator $(KUBE_OLDEST)
+TOOLS_test := gen sdk kube kubectl kwok minio node containerd cni krew prometheus prometheus-operator versitygw $(KUBE_OLDEST)
 # The local cluster's package can also start a real node, so its tests need the node's
 # sets built although these suites run fake nodes only.
 TOOLS_test-k8s-versions := gen kube kubectl kwok minio node containerd cni $(filter-out kube,$(KUBE_VERSIONS))
@@ -584,7 +589,7 @@ TOOLS_scorecard-image-push := gen
 # one up (test/harness/tools) waits for it. The suites spend most of their time waiting,
 # and these builds take that time rather than adding to the run's.
 TOOLS_LATER_demo := minio kwok
-TOOLS_LATER_test := krew prometheus prometheus-operator $(KUBE_OLDEST)
+TOOLS_LATER_test := krew prometheus prometheus-operator versitygw $(KUBE_OLDEST)
 
 # tools-for-<target> starts the background builds of TOOLS_LATER_<target>, then builds
 # (or links from the cache) the rest of TOOLS_<target> in one go, so a first run prints one
@@ -634,7 +639,7 @@ tools: ## Build every default tool set into the per-machine cache (hack/tools/bu
 # tools-<set> builds one set, for every set hack/tools/build.sh knows (test/makefile checks
 # it); tools-olm builds OLM's set, tools-node the node with containerd and the CNI
 # plugins.
-TOOL_SETS := gen lint kube kubectl kwok minio sdk peers containerd ctr cni krew prometheus prometheus-operator olmv1 vuln $(filter-out kube,$(KUBE_VERSIONS))
+TOOL_SETS := gen lint kube kubectl kwok minio sdk peers containerd ctr cni krew prometheus prometheus-operator olmv1 vuln versitygw $(filter-out kube,$(KUBE_VERSIONS))
 .PHONY: $(addprefix tools-,$(TOOL_SETS)) tools-runtime tools-node tools-olm
 $(addprefix tools-,$(TOOL_SETS)): tools-%:
 	@hack/tools/build.sh $*

@@ -111,7 +111,7 @@ type iamCase struct {
 	fails map[string][2]string
 }
 
-var _ = Describe("The IAM policies of docs/iam, against MinIO's policy engine", func() {
+var _ = Describe("The IAM policies of docs/iam, against MinIO's policy engine", Label("minio-only"), func() {
 	DescribeTable("grant what the operator needs: with the policy it works, with any one action less it fails as documented",
 		func(c iamCase) {
 			ns := namespace()

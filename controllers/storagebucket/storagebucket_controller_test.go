@@ -138,7 +138,7 @@ var _ = Describe("StorageBucket probing", func() {
 		eventuallyReady(sb, metav1.ConditionFalse, "InvalidCredentials", sb.Spec.HealthCheck.IntervalDuration())
 	})
 
-	It("probes with temporary credentials and their session token, which MinIO's STS issued, and takes new ones at once", func() {
+	It("probes with temporary credentials and their session token, which MinIO's STS issued, and takes new ones at once", Label("minio-only"), func() {
 		Expect(s3.MakeBucket(ctx, "session-bucket", miniogo.MakeBucketOptions{})).To(Succeed())
 		issue := func() miniocreds.Value {
 			GinkgoHelper()

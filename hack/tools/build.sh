@@ -33,6 +33,7 @@ declare -A packages=(
 	[kubectl]="k8s.io/kubernetes/cmd/kubectl"
 	[kwok]="sigs.k8s.io/kwok/cmd/kwok"
 	[minio]="github.com/minio/minio"
+	[versitygw]="github.com/versity/versitygw/cmd/versitygw"
 	[gen]="sigs.k8s.io/controller-tools/cmd/controller-gen sigs.k8s.io/kustomize/kustomize/v5=kustomize"
 	[lint]="github.com/golangci/golangci-lint/v2/cmd/golangci-lint"
 	[olm]="github.com/operator-framework/operator-lifecycle-manager/cmd/olm github.com/operator-framework/operator-lifecycle-manager/cmd/catalog github.com/operator-framework/operator-lifecycle-manager/cmd/package-server"
@@ -62,7 +63,7 @@ declare -A modules=(
 # Built by `make tools`; every make target builds the sets it needs itself (see the
 # TOOLS_* variables in the Makefile).
 order=(gen lint kube kubectl kwok minio)
-optional=(sdk olm peers node containerd ctr cni krew prometheus prometheus-operator olmv1 vuln)
+optional=(sdk olm peers node containerd ctr cni krew prometheus prometheus-operator olmv1 vuln versitygw)
 
 # Build tags and cgo per set (default: no tags, CGO_ENABLED=0). The openpgp tag keeps
 # containers/image off the gpgme C library. Prometheus is built with the Kubernetes
@@ -103,6 +104,7 @@ done
 declare -A estimate=(
 	[gen]=2 [lint]=3 [kube]=14 [kubectl]=1 [kwok]=4 [minio]=7 [olm]=15 [peers]=1
 	[node]=1 [containerd]=2 [cni]=1 [sdk]=8 [krew]=1 [vuln]=2 [prometheus]=12 [prometheus-operator]=7 [olmv1]=8
+	[versitygw]=3
 )
 
 # A step some sets take after their binaries are built, in the set's directory $1.

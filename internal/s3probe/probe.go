@@ -129,15 +129,30 @@ func connect(ctx context.Context, conn *Conn) error {
 }
 
 // HeadBucket checks that the bucket exists and the credentials may read it.
+//
+// The answer to a HeadBucket request has no body, so a refusal says only its status:
+// 403 for a wrong key as for a missing permission, 400 for a request signed for another
+// region, and versitygw answers an unknown access key 404, as if the bucket were
+// missing. MinIO adds its error code in a header; AWS S3 and versitygw do not. So a
+// refusal is explained by one ListObjectsV2 request (max-keys=1, which needs the same
+// s3:ListBucket permission), whose error document names the code and, for a region,
+// the bucket's. Only failed probes send it.
 func HeadBucket(ctx context.Context, c *miniogo.Client, bucket string) error {
 	ok, err := c.BucketExists(ctx, bucket)
-	if err != nil {
+	if err == nil && ok {
+		return nil
+	}
+	if err == nil {
+		err = miniogo.ErrorResponse{Code: "NoSuchBucket", StatusCode: 404, BucketName: bucket}
+	}
+	if status := miniogo.ToErrorResponse(err).StatusCode; status < 400 || status >= 500 {
 		return err
 	}
-	if !ok {
-		return miniogo.ErrorResponse{Code: "NoSuchBucket", StatusCode: 404, BucketName: bucket}
+	var why miniogo.ErrorResponse
+	if listErr := listOne(ctx, c, bucket); errors.As(listErr, &why) && why.Code != "" {
+		return listErr
 	}
-	return nil
+	return err
 }
 
 // listOne sends one ListObjectsV2 request with max-keys=1.

@@ -264,11 +264,11 @@ func certNames(c *x509.Certificate) string {
 
 // S3 error codes that mean the credentials themselves are wrong. InvalidTokenId is
 // MinIO's answer to temporary keys sent without their session token (or with another's),
-// InvalidClientTokenId AWS's.
+// InvalidClientTokenId AWS's, XAdminUserNotFound versitygw's to an unknown access key.
 var invalidCredentialCodes = map[string]bool{
 	"InvalidAccessKeyId": true, "SignatureDoesNotMatch": true, "InvalidToken": true, "ExpiredToken": true,
 	"TokenRefreshRequired": true, "InvalidSecurity": true, "XMinioInvalidIAMCredentials": true,
-	"InvalidTokenId": true, "InvalidClientTokenId": true,
+	"InvalidTokenId": true, "InvalidClientTokenId": true, "XAdminUserNotFound": true,
 }
 
 func classifyS3(err error, s Subject) *Failure {
@@ -336,7 +336,9 @@ func regionMismatch(resp miniogo.ErrorResponse, want string) string {
 	return region
 }
 
-var expectingRegion = regexp.MustCompile(`expecting '([^']+)'`)
+// expectingRegion finds the region in AWS's message ("expecting 'eu-west-1'") and
+// versitygw's ("expecting \"eu-west-1\"").
+var expectingRegion = regexp.MustCompile(`expecting ['"]([^'"]+)['"]`)
 
 func wrongRegion(err error, s Subject, region string) *Failure {
 	f := NewFailure(ReasonWrongRegion, err, "bucket %q is not in region %q; the endpoint redirects elsewhere", s.Bucket, s.Region)

@@ -33,6 +33,15 @@ func TestClassifiesS3Answers(t *testing.T) {
 				Message: "The authorization header is malformed; the region 'eu-central-1' is wrong; expecting 'ap-south-1'"},
 			wantReason: taxonomy.ReasonWrongRegion, wantCheck: taxonomy.CheckBucketAvailable, wantInMsg: `"ap-south-1"`,
 		},
+		"versitygw's AuthorizationHeaderMalformed, the region in double quotes, is WrongRegion": {
+			resp: miniogo.ErrorResponse{StatusCode: 400, Code: "AuthorizationHeaderMalformed",
+				Message: `The authorization header is malformed; the region "eu-central-1" is wrong; expecting "us-east-1"`},
+			wantReason: taxonomy.ReasonWrongRegion, wantCheck: taxonomy.CheckBucketAvailable, wantInMsg: `set spec.region to "us-east-1"`,
+		},
+		"versitygw's 404 XAdminUserNotFound for an unknown access key is InvalidCredentials, not NoSuchBucket": {
+			resp:       miniogo.ErrorResponse{StatusCode: 404, Code: "XAdminUserNotFound", Message: "No user exists with the provided access key ID."},
+			wantReason: taxonomy.ReasonInvalidCredentials, wantCheck: taxonomy.CheckAuthenticated, wantInMsg: "XAdminUserNotFound",
+		},
 		"an expired session token is InvalidCredentials": {
 			resp:       miniogo.ErrorResponse{StatusCode: 400, Code: "ExpiredToken", Message: "The provided token has expired."},
 			wantReason: taxonomy.ReasonInvalidCredentials, wantCheck: taxonomy.CheckAuthenticated, wantInMsg: "ExpiredToken",

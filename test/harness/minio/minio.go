@@ -38,9 +38,23 @@ type Options struct {
 	// Host is the address to listen on; empty means 127.0.0.1. Pods on the local cluster's
 	// real node reach the node's address (cluster.NodeIP), not the test's loopback.
 	Host string
+	// Implementation is the S3 server to run: Minio (the default) or VersityGW, a
+	// gateway over a POSIX directory. Empty means what PHALANKS_TEST_S3 names, else
+	// MinIO, so that a suite runs against either without a change.
+	Implementation string
 }
 
-// Server is a running (or stopped) MinIO.
+// The S3 implementations a Server runs.
+const (
+	Minio     = "minio"
+	VersityGW = "versitygw"
+)
+
+// ImplementationEnv names the environment variable that picks the S3 implementation of
+// servers whose Options leave it empty.
+const ImplementationEnv = "PHALANKS_TEST_S3"
+
+// Server is a running (or stopped) MinIO or versitygw.
 type Server struct {
 	// Endpoint is host:port; URL adds the scheme.
 	Endpoint  string
@@ -55,9 +69,20 @@ type Server struct {
 	proc *process.Process
 }
 
-// Start launches MinIO and waits until it serves requests.
+// Start launches MinIO (or versitygw, see Options.Implementation) and waits until it
+// serves requests.
 func Start(o Options) (*Server, error) {
-	bin, err := tools.Path("minio")
+	if o.Implementation == "" {
+		o.Implementation = os.Getenv(ImplementationEnv)
+	}
+	switch o.Implementation {
+	case "", Minio:
+		o.Implementation = Minio
+	case VersityGW:
+	default:
+		return nil, fmt.Errorf("%s=%q: want %s or %s", ImplementationEnv, o.Implementation, Minio, VersityGW)
+	}
+	bin, err := tools.Path(o.Implementation)
 	if err != nil {
 		return nil, err
 	}
@@ -102,6 +127,18 @@ func Start(o Options) (*Server, error) {
 		}
 		s.CAPEM = ca.CertPEM
 		s.URL = "https://" + s.Endpoint
+	}
+	if o.Implementation == VersityGW {
+		for _, d := range []string{"data", "versions"} {
+			if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o700); err != nil {
+				return nil, err
+			}
+		}
+		s.proc = versityGW(bin, s, certsDir)
+		if err := s.start(); err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 	s.proc = &process.Process{
 		Name: "minio",
@@ -151,6 +188,9 @@ func (s *Server) ready() error {
 	}
 	if _, err := admin.ListBuckets(ctx); err != nil {
 		return fmt.Errorf("list buckets as root: %w", err)
+	}
+	if s.opts.Implementation == VersityGW {
+		return nil // no IAM subsystem that comes up later
 	}
 	stranger, err := miniogo.New(s.Endpoint, &miniogo.Options{
 		Creds:     credentials.NewStaticV4("unknown-"+randomHex(4), randomHex(20), ""),
