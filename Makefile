@@ -555,8 +555,9 @@ TOOLS_undeploy := gen kubectl
 TOOLS_demo := gen kube node containerd cni kubectl minio kwok
 TOOLS_test := gen sdk kube kubectl kwok minio node containerd cni krew prometheus prometheus-operator versitygw $(KUBE_OLDEST)
 # The local cluster's package can also start a real node, so its tests need the node's
-# sets built although these suites run fake nodes only.
-TOOLS_test-k8s-versions := gen kube kubectl kwok minio node containerd cni $(filter-out kube,$(KUBE_VERSIONS))
+# sets built although these suites run fake nodes only; the StorageBucket controller's
+# suite can run versitygw in MinIO's place.
+TOOLS_test-k8s-versions := gen kube kubectl kwok minio versitygw node containerd cni $(filter-out kube,$(KUBE_VERSIONS))
 TOOLS_test-e2e := $(TOOLS_demo)
 # The chaos spec runs an API server and MinIO; its package also holds local-cluster specs.
 TOOLS_chaos := gen kube kwok minio node containerd cni

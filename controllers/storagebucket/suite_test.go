@@ -34,6 +34,7 @@ import (
 	"github.com/phalanks/phalanks-operator/test/harness/envtest"
 	"github.com/phalanks/phalanks-operator/test/harness/minio"
 	"github.com/phalanks/phalanks-operator/test/harness/report"
+	"github.com/phalanks/phalanks-operator/test/harness/versitygw"
 )
 
 func TestStorageBucket(t *testing.T) {
@@ -84,7 +85,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(env.Stop)
 	k8s = env.Client
-	s3 = minio.StartForTest(GinkgoT(), minio.Options{})
+	s3 = versitygw.StartForTest(GinkgoT(), minio.Options{})
 
 	mgr, err := env.NewManager()
 	Expect(err).NotTo(HaveOccurred())

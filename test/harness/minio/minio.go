@@ -38,23 +38,23 @@ type Options struct {
 	// Host is the address to listen on; empty means 127.0.0.1. Pods on the local cluster's
 	// real node reach the node's address (cluster.NodeIP), not the test's loopback.
 	Host string
-	// Implementation is the S3 server to run: Minio (the default) or VersityGW, a
-	// gateway over a POSIX directory. Empty means what PHALANKS_TEST_S3 names, else
-	// MinIO, so that a suite runs against either without a change.
-	Implementation string
+	// Implementation is the S3 server to run in MinIO's place (package
+	// test/harness/versitygw has one); nil means MinIO.
+	Implementation Implementation
 }
 
-// The S3 implementations a Server runs.
-const (
-	Minio     = "minio"
-	VersityGW = "versitygw"
-)
+// Implementation is an S3 server that a Server runs in MinIO's place, with the same
+// generated key pair, address, region, data directory and TLS pair.
+type Implementation interface {
+	// Process returns the process that serves s, its TLS pair (when o.TLS) in certsDir
+	// as public.crt and private.key.
+	Process(s *Server, o Options, certsDir string) (*process.Process, error)
+	// IAM reports whether it has an identity subsystem that comes up after the server
+	// answers, which readiness then waits for.
+	IAM() bool
+}
 
-// ImplementationEnv names the environment variable that picks the S3 implementation of
-// servers whose Options leave it empty.
-const ImplementationEnv = "PHALANKS_TEST_S3"
-
-// Server is a running (or stopped) MinIO or versitygw.
+// Server is a running (or stopped) MinIO, or the implementation run in its place.
 type Server struct {
 	// Endpoint is host:port; URL adds the scheme.
 	Endpoint  string
@@ -69,23 +69,12 @@ type Server struct {
 	proc *process.Process
 }
 
-// Start launches MinIO (or versitygw, see Options.Implementation) and waits until it
-// serves requests.
+// Start launches MinIO (or o.Implementation) and waits until it serves requests.
 func Start(o Options) (*Server, error) {
-	if o.Implementation == "" {
-		o.Implementation = os.Getenv(ImplementationEnv)
+	if o.Implementation == nil {
+		o.Implementation = minioServer{}
 	}
-	switch o.Implementation {
-	case "", Minio:
-		o.Implementation = Minio
-	case VersityGW:
-	default:
-		return nil, fmt.Errorf("%s=%q: want %s or %s", ImplementationEnv, o.Implementation, Minio, VersityGW)
-	}
-	bin, err := tools.Path(o.Implementation)
-	if err != nil {
-		return nil, err
-	}
+	var err error
 	if o.Region == "" {
 		o.Region = "us-east-1"
 	}
@@ -96,10 +85,6 @@ func Start(o Options) (*Server, error) {
 		if o.Port, err = process.FreePort(); err != nil {
 			return nil, err
 		}
-	}
-	consolePort, err := process.FreePort()
-	if err != nil {
-		return nil, err
 	}
 	s := &Server{
 		Endpoint:  net.JoinHostPort(o.Host, strconv.Itoa(o.Port)),
@@ -128,19 +113,30 @@ func Start(o Options) (*Server, error) {
 		s.CAPEM = ca.CertPEM
 		s.URL = "https://" + s.Endpoint
 	}
-	if o.Implementation == VersityGW {
-		for _, d := range []string{"data", "versions"} {
-			if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o700); err != nil {
-				return nil, err
-			}
-		}
-		s.proc = versityGW(bin, s, certsDir)
-		if err := s.start(); err != nil {
-			return nil, err
-		}
-		return s, nil
+	if s.proc, err = o.Implementation.Process(s, o, certsDir); err != nil {
+		return nil, err
 	}
-	s.proc = &process.Process{
+	if err := s.start(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// minioServer is MinIO.
+type minioServer struct{}
+
+func (minioServer) IAM() bool { return true }
+
+func (minioServer) Process(s *Server, o Options, certsDir string) (*process.Process, error) {
+	bin, err := tools.Path("minio")
+	if err != nil {
+		return nil, err
+	}
+	consolePort, err := process.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	return &process.Process{
 		Name: "minio",
 		Path: bin,
 		Args: []string{
@@ -160,11 +156,7 @@ func Start(o Options) (*Server, error) {
 			"HOME=" + o.Dir,
 		},
 		LogPath: filepath.Join(o.Dir, "minio.log"),
-	}
-	if err := s.start(); err != nil {
-		return nil, err
-	}
-	return s, nil
+	}, nil
 }
 
 func (s *Server) start() error {
@@ -189,8 +181,8 @@ func (s *Server) ready() error {
 	if _, err := admin.ListBuckets(ctx); err != nil {
 		return fmt.Errorf("list buckets as root: %w", err)
 	}
-	if s.opts.Implementation == VersityGW {
-		return nil // no IAM subsystem that comes up later
+	if !s.opts.Implementation.IAM() {
+		return nil
 	}
 	stranger, err := miniogo.New(s.Endpoint, &miniogo.Options{
 		Creds:     credentials.NewStaticV4("unknown-"+randomHex(4), randomHex(20), ""),
