@@ -88,10 +88,12 @@ func operatorNamespace(cfg config) (string, error) {
 // certificate for the webhook server when none was given (self-signed, for 127.0.0.1
 // and localhost), as a pod would have one, and no webhook drain unless the flag asks for
 // one. In a pod the directory stays as it is: a missing certificate there is a
-// deployment error and stops the manager.
-func outOfClusterDefaults(cfg *config, log logr.Logger) error {
+// deployment error and stops the manager. The returned function removes what it made,
+// when the manager ends.
+func outOfClusterDefaults(cfg *config, log logr.Logger) (func(), error) {
+	nothing := func() {}
 	if inCluster() {
-		return nil
+		return nothing, nil
 	}
 	// No Service routes to a process outside a pod: nothing to drain.
 	if !cfg.webhookDrainSet {
@@ -100,18 +102,18 @@ func outOfClusterDefaults(cfg *config, log logr.Logger) error {
 	// The rotator issues the certificate into this directory; a process outside a pod
 	// gets it only if something copies the Secret there.
 	if cfg.certRotation.Enabled || hasServingCert(cfg.webhookCertDir) {
-		return nil
+		return nothing, nil
 	}
 	dir, err := selfSignedServingCert()
 	if err != nil {
-		return fmt.Errorf("self-signed webhook certificate: %w", err)
+		return nothing, fmt.Errorf("self-signed webhook certificate: %w", err)
 	}
 	log.Info("running outside a cluster without a webhook serving certificate: serving CRD conversion "+
 		"with a self-signed one for 127.0.0.1 and localhost. The API server converts through this process "+
 		"only if the CRD's conversion webhook points here with that certificate as caBundle "+
 		"(see docs/development.md)", "missingDir", cfg.webhookCertDir, "certificate", filepath.Join(dir, "tls.crt"))
 	cfg.webhookCertDir = dir
-	return nil
+	return func() { _ = os.RemoveAll(dir) }, nil
 }
 
 // podNamespace is the namespace the manager runs in: POD_NAMESPACE (config/manager sets
@@ -151,5 +153,8 @@ func selfSignedServingCert() (string, error) {
 		os.WriteFile(filepath.Join(dir, "tls.crt"), crt, 0o600),
 		os.WriteFile(filepath.Join(dir, "tls.key"), key, 0o600),
 	)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+	}
 	return dir, err
 }

@@ -309,9 +309,11 @@ func run(args []string) error {
 	if err := leaseNamespace(&cfg, log); err != nil {
 		return err
 	}
-	if err := outOfClusterDefaults(&cfg, log); err != nil {
+	removeCerts, err := outOfClusterDefaults(&cfg, log)
+	if err != nil {
 		return err
 	}
+	defer removeCerts()
 	clk, offset, err := clockoffset.FromEnv()
 	if err != nil {
 		return err

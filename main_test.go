@@ -47,7 +47,7 @@ func TestInAPodTheMissingCertificateIsNotReplaced(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
 	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
 	cfg := config{webhookCertDir: missing}
-	if err := outOfClusterDefaults(&cfg, logr.Discard()); err != nil {
+	if _, err := outOfClusterDefaults(&cfg, logr.Discard()); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.webhookCertDir != missing {
@@ -56,13 +56,20 @@ func TestInAPodTheMissingCertificateIsNotReplaced(t *testing.T) {
 
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	cfg = config{webhookCertDir: missing}
-	if err := outOfClusterDefaults(&cfg, logr.Discard()); err != nil {
+	remove, err := outOfClusterDefaults(&cfg, logr.Discard())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.webhookCertDir == missing {
-		t.Error("outside a pod no self-signed certificate was made")
+	t.Cleanup(func() { _ = os.RemoveAll(cfg.webhookCertDir) })
+	if cfg.webhookCertDir == missing || !hasServingCert(cfg.webhookCertDir) {
+		t.Fatal("outside a pod no self-signed certificate was made")
 	}
-	_ = os.RemoveAll(cfg.webhookCertDir)
+	// The manager removes the directory when it ends: each local run used to leave one
+	// behind in the temporary directory.
+	remove()
+	if _, err := os.Stat(cfg.webhookCertDir); !os.IsNotExist(err) {
+		t.Errorf("the self-signed certificate's directory %s is left behind: %v", cfg.webhookCertDir, err)
+	}
 }
 
 // In a pod the Leases go to the pod's namespace even when no service account token (and
