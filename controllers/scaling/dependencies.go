@@ -3,6 +3,7 @@ package scaling
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -307,12 +308,7 @@ func (s *scaler) dependencyHandler(k, dk *kind) (handler.TypedEventHandler[clien
 
 // watchesDependencies reports whether the scaling cache holds dk's objects.
 func (s *scaler) watchesDependencies(dk *kind) bool {
-	for _, r := range s.opts.Resources {
-		if r == dk.resource {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(s.opts.Resources, dk.resource)
 }
 
 // awaitDependencies decides whether a restore due now waits for the workloads its
