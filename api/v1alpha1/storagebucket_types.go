@@ -29,9 +29,8 @@ type StorageBucketSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Bucket name",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
 	BucketName string `json:"bucketName"`
 
-	// region of the bucket.
+	// region of the bucket; empty lets the operator find it (see v1beta1).
 	// +optional
-	// +kubebuilder:default="us-east-1"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9-]*[a-z0-9]$`

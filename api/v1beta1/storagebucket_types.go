@@ -268,10 +268,15 @@ type StorageBucketSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Allow plain HTTP",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:booleanSwitch"}
 	InsecureAllowHTTP bool `json:"insecureAllowHTTP,omitempty"`
 
-	// region of the bucket, used to sign requests and to create the bucket. It cannot
-	// change while managementPolicy is Manage.
+	// region of the bucket, used to sign requests and to create the bucket. When it is
+	// empty the operator finds the region: it signs for us-east-1 first, and when the
+	// endpoint answers with the bucket's region (x-amz-bucket-region, a 301
+	// PermanentRedirect, or AuthorizationHeaderMalformed naming the region it expects)
+	// it sends the request once more, signed for that region, and remembers it;
+	// status.region shows the region found. A region that is set is used as it is: a
+	// wrong one is reported as WrongRegion, naming the right one. It cannot change, nor be
+	// set or removed, while managementPolicy is Manage.
 	// +optional
-	// +kubebuilder:default="us-east-1"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9-]*[a-z0-9]$`
@@ -391,6 +396,12 @@ type StorageBucketStatus struct {
 	// of being taken for someone else's bucket, and deletionPolicy Delete applies to it.
 	// +optional
 	CreatedBucket *CreatedBucket `json:"createdBucket,omitempty"`
+
+	// region is the region the operator found for the bucket and signs its requests
+	// for, when spec.region is empty; empty when spec.region is set.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Region found",xDescriptors={"urn:alm:descriptor:text"}
+	Region string `json:"region,omitempty"`
 }
 
 // CreatedBucket is where the operator creates the bucket of a StorageBucket.
@@ -408,9 +419,11 @@ type CreatedBucket struct {
 	Time metav1.Time `json:"time"`
 }
 
-// Records reports whether the record is for the bucket of this spec.
+// Records reports whether the record is for the bucket of this spec: on its endpoint,
+// and in its region when the spec names one (without one, the bucket was created in
+// the region the operator found, which the record keeps).
 func (c *CreatedBucket) Records(spec StorageBucketSpec) bool {
-	return c != nil && c.Endpoint == spec.Endpoint && c.Region == spec.Region
+	return c != nil && c.Endpoint == spec.Endpoint && (spec.Region == "" || c.Region == spec.Region)
 }
 
 // Condition types of a StorageBucket. Ready summarises the others in this order; the

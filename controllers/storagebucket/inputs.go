@@ -34,6 +34,27 @@ type inputs struct {
 	grandfathered string
 	// read is what they were read from (Reconciler.inputsFor).
 	read inputsKey
+	// discoverRegion is set when the spec names no region: endpoint.Region is then the
+	// one found before (or the default), and a request the endpoint refuses as signed
+	// for the wrong region is sent once more signed for the region it names.
+	discoverRegion bool
+}
+
+// regionOf is the region the requests about sb's bucket are signed for, and whether
+// the operator finds it: spec.region when set; without it, the region the bucket was
+// created in when the status records that this StorageBucket creates it on this
+// endpoint, else the region found before (status.region), else the default.
+func regionOf(sb *phalanksv1beta1.StorageBucket) (region string, discover bool) {
+	if sb.Spec.Region != "" {
+		return sb.Spec.Region, false
+	}
+	if c := sb.Status.CreatedBucket; c != nil && c.Endpoint == sb.Spec.Endpoint && c.Region != "" {
+		return c.Region, false
+	}
+	if sb.Status.Region != "" {
+		return sb.Status.Region, true
+	}
+	return s3probe.DefaultRegion, true
 }
 
 // fingerprint identifies what a probe's inputs were made of: the adopt annotation and
@@ -403,9 +424,9 @@ func (r *Reconciler) inputsChanged(ctx context.Context, sb *phalanksv1beta1.Stor
 func (r *Reconciler) loadInputs(ctx context.Context, sb *phalanksv1beta1.StorageBucket, remembered bool) (inputs, error) {
 	in := inputs{endpoint: s3probe.Endpoint{
 		URL:        sb.Spec.Endpoint,
-		Region:     sb.Spec.Region,
 		Addressing: s3probe.Addressing(sb.Spec.AddressingStyle),
 	}}
+	in.endpoint.Region, in.discoverRegion = regionOf(sb)
 	in.host, in.key = r.prober.Pool.HostAndKey(in.endpoint.URL)
 	fp := fingerprint{adopt: sb.Annotations[phalanksv1beta1.AnnotationAdopt]}
 	var refs [2]refKey // a StorageBucket references at most a CA bundle and a Secret

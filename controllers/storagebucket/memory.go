@@ -89,12 +89,13 @@ type shownStatus struct {
 	generation      int64
 	certNotAfter    int64
 	created         bool
+	region          string
 }
 
 // shownKey identifies the status of sb against the newest observation.
 func (st *bucketState) shownKey(sb *phalanksv1beta1.StorageBucket) shownStatus {
 	k := shownStatus{resourceVersion: sb.ResourceVersion, checksVersion: st.checksVersion, generation: st.obs.generation,
-		created: st.obs.createdBucket != nil}
+		created: st.obs.createdBucket != nil, region: st.obs.region}
 	if !st.obs.certNotAfter.IsZero() {
 		k.certNotAfter = st.obs.certNotAfter.Unix()
 	}

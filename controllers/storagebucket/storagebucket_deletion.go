@@ -101,7 +101,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, sb *phalanksv1beta1.St
 		}
 		return r.blockDeletion(ctx, sb, in.failure, now)
 	}
-	subject := taxonomy.Subject{Host: in.host, Bucket: bucket, Region: sb.Spec.Region, Timeout: deletionTimeout}
+	subject := subjectIn(in.host, bucket, in.endpoint.Region, deletionTimeout)
 	conn, err := r.prober.Pool.Conn(in.endpoint)
 	if err != nil {
 		return r.blockDeletion(ctx, sb, taxonomy.Classify(err, subject), now)

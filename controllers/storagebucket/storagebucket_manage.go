@@ -9,6 +9,7 @@ import (
 
 	phalanksv1beta1 "github.com/phalanks/phalanks-operator/api/v1beta1"
 	"github.com/phalanks/phalanks-operator/internal/s3bucket"
+	"github.com/phalanks/phalanks-operator/internal/s3probe"
 	"github.com/phalanks/phalanks-operator/internal/taxonomy"
 )
 
@@ -20,36 +21,38 @@ func (r *Reconciler) manage(ctx context.Context, sb *phalanksv1beta1.StorageBuck
 	if st.confirmedFor(st.ownedFor) {
 		return &manageResult{owned: true}
 	}
-	subject := taxonomy.Subject{Host: in.host, Bucket: sb.Spec.BucketName, Region: sb.Spec.Region, Timeout: timeout}
-	conn, err := r.prober.Pool.Conn(in.endpoint)
-	if err != nil {
-		return &manageResult{failure: taxonomy.Classify(err, subject)}
-	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	got, err := s3bucket.Ensure(ctx, conn.Client, s3bucket.Request{
-		Bucket: sb.Spec.BucketName, Region: sb.Spec.Region,
-		Owner:          s3bucket.Owner{UID: string(sb.UID), Name: sb.Namespace + "/" + sb.Name},
-		Adopt:          sb.Annotations[phalanksv1beta1.AnnotationAdopt],
-		CreateRecorded: createRecorded(sb, st),
-		Fence:          r.fence(sb, false),
-	})
+	endpoint, found := in.endpoint, ""
+	got, err := r.ensure(ctx, sb, st, endpoint)
+	var f *taxonomy.Failure
+	if err != nil && !fenced(err) {
+		f = taxonomy.Classify(err, subjectIn(in.host, sb.Spec.BucketName, endpoint.Region, timeout))
+	}
+	if in.discoverRegion && f != nil && f.Reason == taxonomy.ReasonWrongRegion && f.Region != "" && f.Region != endpoint.Region {
+		// The endpoint named the bucket's region: once more, signed for it.
+		endpoint.Region, found = f.Region, f.Region
+		got, err = r.ensure(ctx, sb, st, endpoint)
+		f = nil
+		if err != nil && !fenced(err) {
+			f = taxonomy.Classify(err, subjectIn(in.host, sb.Spec.BucketName, endpoint.Region, timeout))
+		}
+	}
 	if fenced(err) {
 		return &manageResult{fenced: err}
 	}
-	if err != nil {
-		f := taxonomy.Classify(err, subject)
+	if f != nil {
 		if f.Check == taxonomy.CheckBucketAvailable || f.Check == taxonomy.CheckAuthenticated {
 			f = &taxonomy.Failure{Reason: f.Reason, Check: taxonomy.CheckManaged, Message: "managing the bucket: " + f.Message, Region: f.Region}
 		}
-		return &manageResult{failure: f}
+		return &manageResult{failure: f, region: found}
 	}
 	bucket := sb.Spec.BucketName
 	switch got.State {
 	case s3bucket.StateMissing:
-		return &manageResult{recordCreate: true}
+		return &manageResult{recordCreate: true, region: found}
 	case s3bucket.StateCreated:
-		r.event(sb, corev1.EventTypeNormal, eventBucketCreated, "Create", fmt.Sprintf("created bucket %q in region %q and tagged it as owned by this StorageBucket", bucket, sb.Spec.Region))
+		r.event(sb, corev1.EventTypeNormal, eventBucketCreated, "Create", fmt.Sprintf("created bucket %q in region %q and tagged it as owned by this StorageBucket", bucket, endpoint.Region))
 	case s3bucket.StateResumed:
 		r.event(sb, corev1.EventTypeNormal, eventBucketCreated, "Create", fmt.Sprintf("finished creating bucket %q: it had been created without its ownership tag (the creation was interrupted) and is now tagged as owned by this StorageBucket", bucket))
 	case s3bucket.StateAdopted:
@@ -58,7 +61,27 @@ func (r *Reconciler) manage(ctx context.Context, sb *phalanksv1beta1.StorageBuck
 		return &manageResult{failure: notOursFailure(bucket, got.OtherUID)}
 	}
 	st.ownedFor = st.ownershipKey()
-	return &manageResult{owned: true}
+	return &manageResult{owned: true, region: found}
+}
+
+// ensure runs the Manage step's S3 calls for sb's bucket on endpoint, in its region.
+func (r *Reconciler) ensure(ctx context.Context, sb *phalanksv1beta1.StorageBucket, st *bucketState, endpoint s3probe.Endpoint) (s3bucket.Ensured, error) {
+	conn, err := r.prober.Pool.Conn(endpoint)
+	if err != nil {
+		return s3bucket.Ensured{}, err
+	}
+	return s3bucket.Ensure(ctx, conn.Client, s3bucket.Request{
+		Bucket: sb.Spec.BucketName, Region: endpoint.Region,
+		Owner:          s3bucket.Owner{UID: string(sb.UID), Name: sb.Namespace + "/" + sb.Name},
+		Adopt:          sb.Annotations[phalanksv1beta1.AnnotationAdopt],
+		CreateRecorded: createRecorded(sb, st),
+		Fence:          r.fence(sb, false),
+	})
+}
+
+// subjectIn is what a request about bucket on host, signed for region, was about.
+func subjectIn(host, bucket, region string, timeout time.Duration) taxonomy.Subject {
+	return taxonomy.Subject{Host: host, Bucket: bucket, Region: region, Timeout: timeout}
 }
 
 // createRecorded reports whether the status records that this StorageBucket creates

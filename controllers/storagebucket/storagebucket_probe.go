@@ -77,10 +77,11 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 	st.key, st.generation, st.fingerprint, st.endpoint, st.inputs = refOf(sb).Key, sb.Generation, in.fingerprint, in.key, in
 	timeout := probeTimeout(sb)
 	target := s3probe.Target{
-		Endpoint: in.endpoint,
-		Bucket:   sb.Spec.BucketName,
-		Depth:    s3probe.Depth(sb.Spec.HealthCheck.Depth),
-		Timeout:  timeout,
+		Endpoint:       in.endpoint,
+		Bucket:         sb.Spec.BucketName,
+		Depth:          s3probe.Depth(sb.Spec.HealthCheck.Depth),
+		Timeout:        timeout,
+		DiscoverRegion: in.discoverRegion,
 	}
 	if target.Depth == s3probe.DepthReadWrite {
 		target.CanaryKey = phalanksv1beta1.CanaryPrefix + string(sb.UID)
@@ -130,6 +131,11 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 			if check.manage.fenced != nil {
 				return r.stopPass(ctx, sb, check.manage.fenced.Error(), now)
 			}
+			if found := check.manage.region; found != "" {
+				// Probe, and check object lock, in the region the endpoint named.
+				in.endpoint.Region, target.Region = found, found
+				st.inputs.endpoint.Region = found
+			}
 			if stopped(ctx) {
 				return r.stopPass(ctx, sb, "the pass was stopped", now)
 			}
@@ -170,8 +176,9 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 	}
 	check.failure = res.Failure
 	if check.manage != nil && check.manage.recordCreate {
-		st.obs.createdBucket = &phalanksv1beta1.CreatedBucket{Endpoint: sb.Spec.Endpoint, Region: sb.Spec.Region, Time: metav1.NewTime(now)}
+		st.obs.createdBucket = &phalanksv1beta1.CreatedBucket{Endpoint: sb.Spec.Endpoint, Region: in.endpoint.Region, Time: metav1.NewTime(now)}
 	}
+	st.obs.region = foundRegion(sb, check.manage, res)
 	r.record(sb, st, res, st.conditionsFor(check), !marked)
 	r.sched.Schedule(refOf(sb), nextDue(sb.UID, sb.Spec.HealthCheck.IntervalDuration(), now))
 	if r.inputsChanged(ctx, sb, in) {
@@ -180,6 +187,22 @@ func (r *Reconciler) probe(ctx context.Context, sb *phalanksv1beta1.StorageBucke
 		r.sched.TriggerNow(r.clock.Now(), refOf(sb))
 	}
 	return st
+}
+
+// foundRegion is what status.region shows after a pass: for a bucket whose spec names
+// no region, the region the endpoint accepted this pass's requests signed for (the
+// probe's, else the one the Manage step was told), or, when the pass learned nothing
+// about it, the one known before; empty when the spec names one.
+func foundRegion(sb *phalanksv1beta1.StorageBucket, manage *manageResult, res s3probe.Result) string {
+	switch {
+	case sb.Spec.Region != "":
+		return ""
+	case res.Region != "":
+		return res.Region
+	case manage != nil && manage.region != "":
+		return manage.region
+	}
+	return sb.Status.Region
 }
 
 // stopPass ends a pass that must not report: the fence stopped it before it changed
@@ -243,7 +266,7 @@ func (r *Reconciler) canaryDepth(ctx context.Context, sb *phalanksv1beta1.Storag
 			cancel()
 		}
 		if err != nil {
-			f := taxonomy.Classify(err, taxonomy.Subject{Host: in.host, Bucket: sb.Spec.BucketName, Region: sb.Spec.Region, Timeout: timeout})
+			f := taxonomy.Classify(err, subjectIn(in.host, sb.Spec.BucketName, in.endpoint.Region, timeout))
 			var failure *taxonomy.Failure
 			if errors.As(err, &failure) || taxonomy.EndpointDown(f.Reason) {
 				// The endpoint did not answer: the probe will tell.

@@ -54,6 +54,9 @@ type manageResult struct {
 	// replica must not act for the StorageBucket (see Reconciler.fence). The pass
 	// then reports nothing.
 	fenced error
+	// region is the region the endpoint named for the bucket when the step found it
+	// (the spec names none and the endpoint refused the first region); empty otherwise.
+	region string
 }
 
 // checkInput is everything a pass learned that the conditions report.
@@ -214,6 +217,9 @@ type statusInput struct {
 	certNotAfter time.Time
 	// createdBucket is the record that this StorageBucket creates its bucket, once made.
 	createdBucket *phalanksv1beta1.CreatedBucket
+	// region is the region found for a bucket whose spec names none; empty when the
+	// spec names one.
+	region string
 }
 
 // writeCause says why a status is written.
@@ -254,6 +260,10 @@ func desiredStatus(prev *phalanksv1beta1.StorageBucketStatus, in statusInput, he
 	if c := in.createdBucket; c != nil && (next.CreatedBucket == nil || next.CreatedBucket.Endpoint != c.Endpoint || next.CreatedBucket.Region != c.Region) {
 		next.CreatedBucket = c.DeepCopy()
 		next.CreatedBucket.Time = metav1.NewTime(c.Time.Truncate(time.Second))
+		changed = true
+	}
+	if next.Region != in.region {
+		next.Region = in.region
 		changed = true
 	}
 	var cause writeCause

@@ -365,7 +365,7 @@ func newClient(host string, secure bool, rt http.RoundTripper, e Endpoint) (*min
 	}
 	region := e.Region
 	if region == "" {
-		region = "us-east-1"
+		region = DefaultRegion
 	}
 	c, err := miniogo.New(host, &miniogo.Options{
 		Creds:        creds,

@@ -40,7 +40,13 @@ type Target struct {
 	Timeout time.Duration
 	// CanaryKey is the object key the ReadWrite depth writes and deletes.
 	CanaryKey string
+	// DiscoverRegion lets a probe refused as signed for the wrong region, with the
+	// bucket's region named in the answer, run once more signed for that region.
+	DiscoverRegion bool
 }
+
+// DefaultRegion is the region requests are signed for when none is known.
+const DefaultRegion = "us-east-1"
 
 func (t Target) subject(host string) taxonomy.Subject {
 	return taxonomy.Subject{Host: host, Bucket: t.Bucket, Region: t.Region, Timeout: t.Timeout}
@@ -56,6 +62,10 @@ type Result struct {
 	Duration time.Duration
 	// CertNotAfter is the expiry of the endpoint's TLS certificate, when known.
 	CertNotAfter time.Time
+	// Region is the region the endpoint accepted requests signed for: set when the
+	// probe got an answer about the bucket (Ready, or a failure of the bucket or its
+	// credentials other than WrongRegion), empty when it did not.
+	Region string
 }
 
 // Prober probes buckets through a Pool.
@@ -78,18 +88,35 @@ func (p *Prober) Probe(ctx context.Context, t Target) Result {
 	probeCtx, cancel := context.WithTimeout(ctx, t.Timeout)
 	defer cancel()
 
-	conn, err := p.Pool.Conn(t.Endpoint)
-	if err != nil {
-		res.Failure = taxonomy.Classify(err, t.subject(t.Host()))
-	} else {
-		res.Failure = p.probe(probeCtx, ctx, conn, t)
-		res.CertNotAfter = conn.CertNotAfter()
+	if t.Region == "" {
+		t.Region = DefaultRegion
+	}
+	p.probeOnce(probeCtx, ctx, t, &res)
+	if f := res.Failure; t.DiscoverRegion && f != nil && f.Reason == taxonomy.ReasonWrongRegion && f.Region != "" && f.Region != t.Region {
+		// The endpoint named the bucket's region: once more, signed for it, within
+		// the same timeout.
+		t.Region = f.Region
+		p.probeOnce(probeCtx, ctx, t, &res)
+	}
+	if f := res.Failure; t.Depth != DepthConnect && (f == nil || (f.Check != taxonomy.CheckReachable && f.Reason != taxonomy.ReasonWrongRegion)) {
+		res.Region = t.Region
 	}
 	if res.Failure != nil && !res.Failure.CertNotAfter.IsZero() {
 		res.CertNotAfter = res.Failure.CertNotAfter
 	}
 	res.Duration = clk.Since(start)
 	return res
+}
+
+// probeOnce runs the probe of t once, signed for t.Region, into res.
+func (p *Prober) probeOnce(ctx, outer context.Context, t Target, res *Result) {
+	conn, err := p.Pool.Conn(t.Endpoint)
+	if err != nil {
+		res.Failure = taxonomy.Classify(err, t.subject(t.Host()))
+		return
+	}
+	res.Failure = p.probe(ctx, outer, conn, t)
+	res.CertNotAfter = conn.CertNotAfter()
 }
 
 func (p *Prober) probe(ctx, outer context.Context, conn *Conn, t Target) *taxonomy.Failure {

@@ -424,3 +424,50 @@ func TestAGuardStopsEveryRequestItRefuses(t *testing.T) {
 		t.Errorf("sent %v; want the canary's put only", sent)
 	}
 }
+
+// TestARegionIsFoundOnlyWhenAskedFor probes a bucket on a server in eu-central-1: a
+// target that may discover the region signs for us-east-1 (none given) or a wrong one,
+// is told the right one and passes; one whose region is fixed reports WrongRegion; and
+// a Connect probe, which signs nothing, finds no region.
+func TestARegionIsFoundOnlyWhenAskedFor(t *testing.T) {
+	s3 := minio.StartForTest(t, minio.Options{Region: "eu-central-1"})
+	ctx := t.Context()
+	if err := s3.MakeBucket(ctx, "elsewhere", miniogo.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := newProber(t)
+	target := func(region string, depth s3probe.Depth, discover bool) s3probe.Target {
+		return s3probe.Target{
+			Endpoint: s3probe.Endpoint{URL: s3.URL, Region: region,
+				Credentials: &s3probe.Credentials{AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey}},
+			Bucket: "elsewhere", Depth: depth, Timeout: 5 * time.Second, CanaryKey: ".phalanks-probe/test", DiscoverRegion: discover,
+		}
+	}
+	for _, tc := range []struct {
+		name       string
+		target     s3probe.Target
+		wantReason taxonomy.Reason
+		wantRegion string
+	}{
+		{"HeadBucket, no region, discovering", target("", s3probe.DepthHeadBucket, true), "", "eu-central-1"},
+		{"List, a wrong region, discovering", target("ap-south-1", s3probe.DepthList, true), "", "eu-central-1"},
+		{"ReadWrite, no region, discovering", target("", s3probe.DepthReadWrite, true), "", "eu-central-1"},
+		{"HeadBucket, a wrong region, fixed", target("us-west-2", s3probe.DepthHeadBucket, false), taxonomy.ReasonWrongRegion, ""},
+		{"HeadBucket, no region, fixed", target("", s3probe.DepthHeadBucket, false), taxonomy.ReasonWrongRegion, ""},
+		{"Connect, discovering", target("", s3probe.DepthConnect, true), "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := p.Probe(ctx, tc.target)
+			var got taxonomy.Reason
+			if res.Failure != nil {
+				got = res.Failure.Reason
+			}
+			if got != tc.wantReason {
+				t.Errorf("reason %q (%v), want %q", got, res.Failure, tc.wantReason)
+			}
+			if res.Region != tc.wantRegion {
+				t.Errorf("region %q, want %q", res.Region, tc.wantRegion)
+			}
+		})
+	}
+}
