@@ -30,7 +30,7 @@ func newCronJob(t *testing.T, ns, name string, suspend bool, annotations map[str
 			}}},
 		},
 	}
-	NewWithT(t).Expect(admin.Create(context.Background(), c)).To(Succeed())
+	expect(t).Expect(admin.Create(context.Background(), c)).To(Succeed())
 	return c
 }
 
@@ -56,7 +56,7 @@ func jobsOf(cj *batchv1.CronJob) func(Gomega) []string {
 // come again after the restore. A CronJob the user had suspended stays suspended, and
 // the Jobs a CronJob created are left to it without a word.
 func TestASuspendedCronJobCreatesNoJobs(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ns := newNamespace(t, nil)
 	startOperator(t, scaling.Options{DefaultKinds: append(slices.Clone(scaling.DefaultScalingKinds), "cronjobs.batch")})
 	spec, next := downtimeForAnHour()
@@ -102,7 +102,7 @@ func TestASuspendedCronJobCreatesNoJobs(t *testing.T) {
 // Job controller removes its pods and reports it Suspended, and after the restore it
 // runs its pods again.
 func TestASuspendedJobStopsItsPodsAndResumes(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ns := newNamespace(t, nil)
 	startOperator(t, scaling.Options{})
 	job := &batchv1.Job{

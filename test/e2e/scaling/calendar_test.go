@@ -17,7 +17,7 @@ import (
 // calendar creates (or with an existing one, updates) a holiday calendar.
 func calendar(t *testing.T, ns, name string, data map[string]string, labelled bool) *corev1.ConfigMap {
 	t.Helper()
-	g := NewWithT(t)
+	g := expect(t)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}
 	if labelled {
 		cm.Labels = map[string]string{scaling.LabelHolidayCalendar: "true"}
@@ -46,7 +46,7 @@ func rangeLater() string {
 // none), and has a tenant's calendar of the same name shadow it only once the
 // Namespace says so.
 func TestAHolidayCalendarIsSharedAndAChangeRedecidesEveryWorkloadThatUsesIt(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ctx := context.Background()
 	ops := newNamespace(t, nil)
 	teamA, teamB := newNamespace(t, nil), newNamespace(t, nil)
@@ -117,7 +117,7 @@ func TestAHolidayCalendarIsSharedAndAChangeRedecidesEveryWorkloadThatUsesIt(t *t
 // does not. Then the calendar moves the holiday to a yearly day months away, and the
 // team in Kiritimati comes back.
 func TestAHolidayCalendarOfWholeDaysIsReadInEachTeamsZone(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ctx := context.Background()
 	ops := newNamespace(t, nil)
 	east, west := newNamespace(t, nil), newNamespace(t, nil)

@@ -22,7 +22,7 @@ import (
 // template is exactly what it was (the user's own nodeSelector included), so the
 // controller goes back to the original revision and runs its pod again.
 func TestADaemonSetLeavesEveryNodeAndComesBackExactly(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ns := newNamespace(t, nil)
 	startOperator(t, scaling.Options{})
 	template := podTemplate("agent")
@@ -68,7 +68,7 @@ func TestADaemonSetLeavesEveryNodeAndComesBackExactly(t *testing.T) {
 // moves disk: ssd to disk: nvme and keeps the operator's key): the restore keeps the
 // new selector, and the DaemonSet runs on the node that has the new label.
 func TestADaemonSetKeepsASelectorChangedDuringTheDowntime(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ctx := context.Background()
 	const disk = "e2e.phalanks.io/disk"
 	nodes := &corev1.NodeList{}

@@ -35,7 +35,7 @@ func scopedNamespace(t *testing.T, scope, name string, labels map[string]string)
 	for k, v := range labels {
 		ns.Labels[k] = v
 	}
-	NewWithT(t).Expect(admin.Create(context.Background(), ns)).To(Succeed())
+	expect(t).Expect(admin.Create(context.Background(), ns)).To(Succeed())
 	return ns.Name
 }
 
@@ -50,7 +50,7 @@ func scopedNamespace(t *testing.T, scope, name string, labels map[string]string)
 // Namespace reaches the operator's cache must wait for it, not be taken for one in an
 // ordinary namespace. Labelling an ordinary namespace disabled restores what is in it.
 func TestDefaultsTouchOnlyWhatTheyMean(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ctx := context.Background()
 	scope := rand.String(6)
 	startOperator(t, scaling.Options{DefaultDowntime: "always", ExcludeNamespaceSelector: testScope + "!=" + scope})

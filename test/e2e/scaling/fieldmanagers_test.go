@@ -34,7 +34,7 @@ func TestARestoreRemovesWhatAnotherFieldManagerAlsoWrote(t *testing.T) {
 	}
 
 	t.Run("kubectl annotate --overwrite of original-replicas", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		ns := newNamespace(t, nil)
 		web := newDeployment(t, ns, "web", 3, map[string]string{scaling.AnnotationDowntime: spec})
 		g.Eventually(replicas(web)).WithTimeout(timeout).Should(BeEquivalentTo(0))
@@ -49,7 +49,7 @@ func TestARestoreRemovesWhatAnotherFieldManagerAlsoWrote(t *testing.T) {
 	})
 
 	t.Run("a merge patch of KEDA's paused-replicas", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		ns := newNamespace(t, nil)
 		web := newDeployment(t, ns, "web", 3, nil)
 		so := newScaledObject(t, ns, "web", "web", 2, 5)
@@ -67,7 +67,7 @@ func TestARestoreRemovesWhatAnotherFieldManagerAlsoWrote(t *testing.T) {
 	})
 
 	t.Run("a merge patch that removes a DaemonSet's own nodeSelector key", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		ns := newNamespace(t, nil)
 		template := podTemplate("agent")
 		template.Spec.NodeSelector = map[string]string{"type": "kwok"}
@@ -98,7 +98,7 @@ func TestARestoreRemovesWhatAnotherFieldManagerAlsoWrote(t *testing.T) {
 	}
 
 	t.Run("a client-side kubectl apply of YAML exported during a downtime", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		ns := newNamespace(t, nil)
 		kubectl(t, statefulSetYAML(t, ns, "db", 2, map[string]string{scaling.AnnotationDowntime: spec}), "apply", "-f", "-")
 		g.Eventually(statefulSetReplicas(ns, "db")).WithTimeout(timeout).Should(BeEquivalentTo(0))
@@ -115,7 +115,7 @@ func TestARestoreRemovesWhatAnotherFieldManagerAlsoWrote(t *testing.T) {
 	})
 
 	t.Run("an Argo CD-like client-side apply of the record during the downtime", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		ns := newNamespace(t, nil)
 		const argo = "argocd-application-controller"
 		kubectl(t, statefulSetYAML(t, ns, "cache", 3, map[string]string{scaling.AnnotationDowntime: spec}), "apply", "--field-manager="+argo, "-f", "-")
@@ -150,6 +150,6 @@ func statefulSetYAML(t *testing.T, ns, name string, replicas int, annotations ma
 			},
 		},
 	})
-	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	expect(t).Expect(err).NotTo(HaveOccurred())
 	return string(data)
 }

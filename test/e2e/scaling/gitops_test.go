@@ -30,12 +30,12 @@ func TestAGitOpsControllerThatPutsReplicasBackIsNamedWithItsFix(t *testing.T) {
 	apply := func(manager string) func(*testing.T, *appsv1.Deployment) {
 		return func(t *testing.T, d *appsv1.Deployment) {
 			ac := appsv1ac.Deployment(d.Name, d.Namespace).WithSpec(appsv1ac.DeploymentSpec().WithReplicas(3))
-			NewWithT(t).Expect(admin.Apply(ctx, ac, client.FieldOwner(manager), client.ForceOwnership)).To(Succeed())
+			expect(t).Expect(admin.Apply(ctx, ac, client.FieldOwner(manager), client.ForceOwnership)).To(Succeed())
 		}
 	}
 	patch := func(manager string) func(*testing.T, *appsv1.Deployment) {
 		return func(t *testing.T, d *appsv1.Deployment) {
-			NewWithT(t).Expect(admin.Patch(ctx, d, client.RawPatch(types.StrategicMergePatchType, []byte(`{"spec":{"replicas":3}}`)),
+			expect(t).Expect(admin.Patch(ctx, d, client.RawPatch(types.StrategicMergePatchType, []byte(`{"spec":{"replicas":3}}`)),
 				client.FieldOwner(manager))).To(Succeed())
 		}
 	}
@@ -43,7 +43,7 @@ func TestAGitOpsControllerThatPutsReplicasBackIsNamedWithItsFix(t *testing.T) {
 	// with the last-applied configuration, which the API server records as an Update.
 	clientSideApply := func(manager string) func(*testing.T, *appsv1.Deployment) {
 		return func(t *testing.T, d *appsv1.Deployment) {
-			g := NewWithT(t)
+			g := expect(t)
 			lastApplied := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"` + d.Name + `","namespace":"` + d.Namespace + `"},"spec":{"replicas":3}}`
 			body, err := json.Marshal(map[string]any{
 				"metadata": map[string]any{"annotations": map[string]string{corev1.LastAppliedConfigAnnotation: lastApplied}},
@@ -65,7 +65,7 @@ func TestAGitOpsControllerThatPutsReplicasBackIsNamedWithItsFix(t *testing.T) {
 		{"helm-controller", "Flux (helm-controller)", "suspend the HelmRelease", patch("helm-controller")},
 	} {
 		t.Run(c.manager, func(t *testing.T) {
-			g := NewWithT(t)
+			g := expect(t)
 			ns := newNamespace(t, nil)
 			startOperator(t, scaling.Options{})
 			spec, _ := downtimeForAnHour()
@@ -82,7 +82,7 @@ func TestAGitOpsControllerThatPutsReplicasBackIsNamedWithItsFix(t *testing.T) {
 	}
 
 	t.Run("a person's kubectl scale", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		ns := newNamespace(t, nil)
 		startOperator(t, scaling.Options{})
 		spec, _ := downtimeForAnHour()

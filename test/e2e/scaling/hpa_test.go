@@ -32,7 +32,7 @@ func newHPA(t *testing.T, ns, name, target string, minReplicas int32, annotation
 			}},
 		},
 	}
-	NewWithT(t).Expect(admin.Create(context.Background(), h)).To(Succeed())
+	expect(t).Expect(admin.Create(context.Background(), h)).To(Succeed())
 	return h
 }
 
@@ -50,7 +50,7 @@ func scalingActive(g Gomega, hpa *autoscalingv2.HorizontalPodAutoscaler) string 
 // reports scaling disabled and leaves the count at zero, then resumes after the
 // restore: the operator and the autoscaler do not fight.
 func TestAnAutoscalerPausesWhileItsTargetIsScaledToZero(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ns := newNamespace(t, nil)
 	startOperator(t, scaling.Options{})
 	web := newDeployment(t, ns, "web", 3, nil)
@@ -79,7 +79,7 @@ func TestAnAutoscalerPausesWhileItsTargetIsScaledToZero(t *testing.T) {
 // its minReplicas goes to the downtime count (at least 1) and comes back exactly, with
 // next-transition on it, while the real HPA controller runs it.
 func TestAnAutoscalerWithItsOwnScheduleHasItsMinReplicasLowered(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ns := newNamespace(t, nil)
 	startOperator(t, scaling.Options{})
 	web := newDeployment(t, ns, "web", 4, nil)
@@ -106,7 +106,7 @@ func TestAnAutoscalerWithItsOwnScheduleHasItsMinReplicasLowered(t *testing.T) {
 // downtime count, which would go through the autoscaler, the workload is reported and
 // not scaled, and the HPA is never written.
 func TestAnAutoscalerControlledByAnotherObjectIsNeverWritten(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ns := newNamespace(t, nil)
 	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "autoscaling-operator"}}
 	g.Expect(admin.Create(context.Background(), owner)).To(Succeed())
@@ -141,7 +141,7 @@ func TestAnAutoscalerControlledByAnotherObjectIsNeverWritten(t *testing.T) {
 // would refuse the saved minimum, so the restore writes maxReplicas instead and the
 // record goes.
 func TestAnAutoscalersMinReplicasComesBackCappedAtAMaxReplicasLoweredDuringTheDowntime(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ns := newNamespace(t, nil)
 	startOperator(t, scaling.Options{})
 	web := newDeployment(t, ns, "web", 4, nil)
@@ -173,7 +173,7 @@ func TestAnAutoscalersMinReplicasComesBackCappedAtAMaxReplicasLoweredDuringTheDo
 // it is down: the API server would refuse the saved minimum, so the restore writes
 // maxReplicas, the record goes, and the ScaleUp event names the value written.
 func TestAnAutoscalerWithItsOwnScheduleComesBackCappedAtAMaxReplicasLoweredDuringTheDowntime(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ns := newNamespace(t, nil)
 	startOperator(t, scaling.Options{})
 	newDeployment(t, ns, "web", 4, nil)

@@ -42,7 +42,7 @@ func newScaledObject(t *testing.T, ns, name, target string, minReplicas, maxRepl
 		},
 	}}
 	so.SetGroupVersionKind(scaledObjectGVK)
-	NewWithT(t).Expect(admin.Create(context.Background(), so)).To(Succeed())
+	expect(t).Expect(admin.Create(context.Background(), so)).To(Succeed())
 	return so
 }
 
@@ -180,7 +180,7 @@ func annotations(obj client.Object) func(Gomega) map[string]string {
 // after the downtime the pause is lifted and KEDA autoscales again. Nothing the
 // operator does makes KEDA put anything back.
 func TestAKEDAWorkloadIsPausedThroughItsScaledObject(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ns := newNamespace(t, nil)
 	web := newDeployment(t, ns, "web", 3, nil)
 	so := newScaledObject(t, ns, "web", "web", 2, 5)
@@ -216,7 +216,7 @@ func TestAKEDAWorkloadIsPausedThroughItsScaledObject(t *testing.T) {
 // left paused, during a downtime and after it; one annotated itself is paused by its
 // own schedule, with the count downtime-replicas gives.
 func TestAKEDAScaledObjectPausedByTheUserStaysPaused(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ns := newNamespace(t, nil)
 	web := newDeployment(t, ns, "web", 2, nil)
 	so := newScaledObject(t, ns, "web", "web", 1, 5)
@@ -246,7 +246,7 @@ func TestAKEDAScaledObjectPausedByTheUserStaysPaused(t *testing.T) {
 // HPA, which its ScaledObject controls, is never written, so KEDA has nothing to put
 // back. (Before, the operator lowered its minReplicas and KEDA reset it, in a loop.)
 func TestWithoutScaledObjectsKEDAsAutoscalerIsStillNeverWritten(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ns := newNamespace(t, nil)
 	web := newDeployment(t, ns, "web", 3, nil)
 	so := newScaledObject(t, ns, "web", "web", 2, 5)

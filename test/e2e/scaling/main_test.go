@@ -70,6 +70,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	defer failures.print(os.Stderr) // last, after every component's output
 	log.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
 	dir, err := os.MkdirTemp("", "scaling-e2e-")
 	if err != nil {
@@ -156,7 +157,8 @@ func readYAML(path string, into any) error {
 // grace period is off unless o sets one: the workloads here are seconds old.
 func startOperator(t *testing.T, o scaling.Options) {
 	t.Helper()
-	g := NewWithT(t)
+	failures.noteFailed(t)
+	g := expect(t)
 	cfg := rest.CopyConfig(local.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -190,6 +192,7 @@ func startOperator(t *testing.T, o scaling.Options) {
 // namespace name may not hold, such as a subtest's underscores, becomes a dash).
 func newNamespace(t *testing.T, annotations map[string]string) string {
 	t.Helper()
+	failures.noteFailed(t)
 	name := strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
 			return r
@@ -200,7 +203,7 @@ func newNamespace(t *testing.T, annotations map[string]string) string {
 		GenerateName: name[:min(40, len(name))] + "-",
 		Annotations:  annotations,
 	}}
-	NewWithT(t).Expect(admin.Create(context.Background(), ns)).To(Succeed())
+	expect(t).Expect(admin.Create(context.Background(), ns)).To(Succeed())
 	return ns.Name
 }
 
@@ -240,12 +243,12 @@ func annotate(g Gomega, obj client.Object, kv map[string]string) {
 func kubectl(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
 	bin, err := tools.Path("kubectl")
-	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	expect(t).Expect(err).NotTo(HaveOccurred())
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+local.Kubeconfig)
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
-	NewWithT(t).Expect(err).NotTo(HaveOccurred(), "kubectl %s: %s", strings.Join(args, " "), out)
+	expect(t).Expect(err).NotTo(HaveOccurred(), "kubectl %s: %s", strings.Join(args, " "), out)
 	return string(out)
 }
 
@@ -302,6 +305,6 @@ func newDeployment(t *testing.T, ns, name string, replicas int32, annotations ma
 			Template: podTemplate(name),
 		},
 	}
-	NewWithT(t).Expect(admin.Create(context.Background(), d)).To(Succeed())
+	expect(t).Expect(admin.Create(context.Background(), d)).To(Succeed())
 	return d
 }

@@ -39,7 +39,7 @@ func restoreLagCount(g Gomega) uint64 {
 // the first, less what observing them adds), all of them, each timed by the restore-lag
 // histogram. Without a rate the twelve come back within about a second.
 func TestRestoresArePacedAtTheRestoreRate(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	const n, rate = 12, 2.0
 	end := time.Now().Add(20 * time.Second).UTC().Truncate(time.Second)
 	downtime := time.Now().Add(-time.Minute).UTC().Truncate(time.Second).Format(time.RFC3339) + "-" + end.Format(time.RFC3339)
@@ -88,7 +88,7 @@ func TestRestoresArePacedAtTheRestoreRate(t *testing.T) {
 // (a database's and a cache's, say) come back first, then the one with 50, then the
 // rest, whatever order their reconciles came in.
 func TestRestoresGoInOrderOfPriority(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	end := time.Now().Add(15 * time.Second).UTC().Truncate(time.Second)
 	downtime := time.Now().Add(-time.Minute).UTC().Truncate(time.Second).Format(time.RFC3339) + "-" + end.Format(time.RFC3339)
 	ns := newNamespace(t, map[string]string{scaling.AnnotationDowntime: downtime})

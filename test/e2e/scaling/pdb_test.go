@@ -41,7 +41,7 @@ func evict(g Gomega, ns, app string) error {
 // server's eviction (which kube-controller-manager's disruption controller informs)
 // lets the pod go, and the budget comes back exactly with the Deployment.
 func TestADisruptionBudgetStopsBlockingDrainsWhileItsWorkloadIsDown(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ns := newNamespace(t, nil)
 	startOperator(t, scaling.Options{})
 	web := newDeployment(t, ns, "web", 2, nil)
@@ -85,7 +85,7 @@ func TestADisruptionBudgetStopsBlockingDrainsWhileItsWorkloadIsDown(t *testing.T
 // kube-controller-manager's disruption controller counts them healthy.
 func budget(t *testing.T, ns, app string, n int32) *policyv1.PodDisruptionBudget {
 	t.Helper()
-	g := NewWithT(t)
+	g := expect(t)
 	minAvailable := intstr.FromInt32(n)
 	pdb := &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
@@ -121,7 +121,7 @@ func TestADecoyCannotRelaxABudgetThatProtectsPodsOfAnythingElse(t *testing.T) {
 			run: func(t *testing.T, ns string) {
 				// Argo Rollouts runs pods through ReplicaSets it controls; the Widget custom
 				// resource stands in for the Rollout.
-				g := NewWithT(t)
+				g := expect(t)
 				widgets, err := crds.Load(filepath.Join("testdata"))
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(crds.Install(ctx, admin, widgets, nil)).To(Succeed())
@@ -141,7 +141,7 @@ func TestADecoyCannotRelaxABudgetThatProtectsPodsOfAnythingElse(t *testing.T) {
 			run: func(t *testing.T, ns string) {
 				// With the OnDelete strategy a template change reaches no running pod until
 				// someone deletes it: the pod keeps app=db, the template no longer has it.
-				g := NewWithT(t)
+				g := expect(t)
 				template := podTemplate("db")
 				template.Labels["tier"] = "data"
 				sts := &appsv1.StatefulSet{
@@ -166,7 +166,7 @@ func TestADecoyCannotRelaxABudgetThatProtectsPodsOfAnythingElse(t *testing.T) {
 		"a bare ReplicaSet": {
 			kept: "it also protects pods the operator did not scale down: ReplicaSet db (db-",
 			run: func(t *testing.T, ns string) {
-				NewWithT(t).Expect(admin.Create(ctx, &appsv1.ReplicaSet{
+				expect(t).Expect(admin.Create(ctx, &appsv1.ReplicaSet{
 					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
 					Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1),
 						Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: podTemplate("db")},
@@ -176,7 +176,7 @@ func TestADecoyCannotRelaxABudgetThatProtectsPodsOfAnythingElse(t *testing.T) {
 		"a StatefulSet without a schedule": {
 			kept: "StatefulSet db is not",
 			run: func(t *testing.T, ns string) {
-				NewWithT(t).Expect(admin.Create(ctx, &appsv1.StatefulSet{
+				expect(t).Expect(admin.Create(ctx, &appsv1.StatefulSet{
 					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
 					Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), ServiceName: "db",
 						Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: podTemplate("db")},
@@ -186,7 +186,7 @@ func TestADecoyCannotRelaxABudgetThatProtectsPodsOfAnythingElse(t *testing.T) {
 		"an operator's pods": {
 			kept: "it also protects pods the operator did not scale down: ConfigMap db-cluster (db-1)",
 			run: func(t *testing.T, ns string) {
-				g := NewWithT(t)
+				g := expect(t)
 				cluster := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-cluster"}}
 				g.Expect(admin.Create(ctx, cluster)).To(Succeed())
 				template := podTemplate("db")
@@ -200,7 +200,7 @@ func TestADecoyCannotRelaxABudgetThatProtectsPodsOfAnythingElse(t *testing.T) {
 	}
 	for name, db := range runners {
 		t.Run(name, func(t *testing.T) {
-			g := NewWithT(t)
+			g := expect(t)
 			ns := newNamespace(t, nil)
 			startOperator(t, scaling.Options{})
 			db.run(t, ns)
@@ -236,7 +236,7 @@ func TestADecoyCannotRelaxABudgetThatProtectsPodsOfAnythingElse(t *testing.T) {
 // not scale down, and comes back at once. Once that pod has finished, the budget is
 // relaxed again.
 func TestARelaxedBudgetIsRestoredWhenItSelectsAPodOfSomethingElse(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ctx := context.Background()
 	ns := newNamespace(t, nil)
 	startOperator(t, scaling.Options{})
@@ -276,7 +276,7 @@ func TestARelaxedBudgetIsRestoredWhenItSelectsAPodOfSomethingElse(t *testing.T) 
 // used to apply the saved minAvailable next to maxUnavailable, which the API server
 // refused at every retry, for good).
 func TestABudgetSwitchedToTheOtherFieldDuringTheDowntimeKeepsTheSwitch(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ns := newNamespace(t, nil)
 	startOperator(t, scaling.Options{})
 	web := newDeployment(t, ns, "web", 2, nil)

@@ -48,7 +48,7 @@ var pluginBinary = func() func(t *testing.T) string {
 	return func(t *testing.T) string {
 		t.Helper()
 		once.Do(func() { bin, err = tools.BuildCommand(workDir, "./cmd/kubectl-phalanks") })
-		NewWithT(t).Expect(err).NotTo(HaveOccurred())
+		expect(t).Expect(err).NotTo(HaveOccurred())
 		return bin
 	}
 }()
@@ -88,7 +88,7 @@ func (p plugin) run(t *testing.T, args ...string) result {
 // each, including a conflict with an annotation someone else set, a sleep that cannot
 // take effect and wrong usage.
 func TestKubectlPhalanks(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	bin := pluginBinary(t)
@@ -137,7 +137,7 @@ func TestKubectlPhalanks(t *testing.T) {
 		"the operator, with its time zone, scales it down")
 
 	t.Run("status, as a tenant who cannot read the operator's settings", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		r := asTenant.run(t, "status", "-n", team, "--operator-namespace", operatorNS)
 		g.Expect(r.code).To(Equal(0))
 		g.Expect(r.stderr).To(ContainSubstring("note: could not read the operator's Deployment in namespace " + operatorNS + " (Forbidden)"))
@@ -156,7 +156,7 @@ func TestKubectlPhalanks(t *testing.T) {
 	})
 
 	t.Run("status, as an administrator, with the operator's flags and across namespaces", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		r := asAdmin.run(t, "status", "-A", "--operator-namespace", operatorNS)
 		g.Expect(r.code).To(Equal(0))
 		g.Expect(r.stderr).NotTo(ContainSubstring("note:"))
@@ -168,7 +168,7 @@ func TestKubectlPhalanks(t *testing.T) {
 	})
 
 	t.Run("status, as an administrator, finds the operator OLM installed without --operator-namespace", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		r := asAdmin.run(t, "status", "-n", team)
 		g.Expect(r.stderr).To(ContainSubstring("found no phalanks-operator Deployment in namespace phalanks-system"))
 		g.Expect(r.stderr).To(ContainSubstring("found no phalanks-operator Deployment in namespace phalanks-operator"))
@@ -186,7 +186,7 @@ func TestKubectlPhalanks(t *testing.T) {
 	})
 
 	t.Run("the savings the status prints are the operator's metrics", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		// The tenant's status above said 4 replicas held down in team.
 		g.Eventually(func() float64 { return metric(g, "phalanks_scaling_replicas_scaled_down", team, "Deployment") }).Should(Equal(4.0))
 		g.Expect(live(web)(g).Annotations).To(And(
@@ -236,7 +236,7 @@ func TestKubectlPhalanks(t *testing.T) {
 	})
 
 	t.Run("status shows overrides, grace periods, exclusions and next transitions in TZ's zone", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		ns := newNamespace(t, nil)
 		grantEdit(t, ns, "tenant")
 		now := time.Now()
@@ -283,7 +283,7 @@ func TestKubectlPhalanks(t *testing.T) {
 	})
 
 	t.Run("wake one workload, then sleep it, then end the sleep", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		r := asTenant.run(t, "wake", team+"/deploy/web", "--for", "2h", "--operator-namespace", operatorNS)
 		g.Expect(r.code).To(Equal(0))
 		g.Expect(r.stdout).To(ContainSubstring(team + "/Deployment/web: awake until "))
@@ -308,7 +308,7 @@ func TestKubectlPhalanks(t *testing.T) {
 	})
 
 	t.Run("wake a namespace", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		r := asTenant.run(t, "wake", team, "--for", "1h", "--operator-namespace", operatorNS)
 		// legacy's exclude-until is someone else's: not changed, and the exit status says so.
 		g.Expect(r.code).To(Equal(1))
@@ -323,7 +323,7 @@ func TestKubectlPhalanks(t *testing.T) {
 	})
 
 	t.Run("a sleep of a workload in its grace period says when it takes effect", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		newDeployment(t, team, "fresh", 1, map[string]string{scaling.AnnotationUptime: "always", scaling.AnnotationGracePeriod: "1h"})
 		r := asTenant.run(t, "sleep", team+"/deploy/fresh", "--operator-namespace", operatorNS)
 		g.Expect(r.code).To(Equal(0))
@@ -331,7 +331,7 @@ func TestKubectlPhalanks(t *testing.T) {
 	})
 
 	t.Run("a sleep that force-uptime overrides fails and says why", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		r := asTenant.run(t, "sleep", team+"/deploy/pinned", "--operator-namespace", operatorNS)
 		g.Expect(r.code).To(Equal(1))
 		g.Expect(r.stderr).To(ContainSubstring(team + "/Deployment/pinned: set, but it has no effect: up"))
@@ -339,7 +339,7 @@ func TestKubectlPhalanks(t *testing.T) {
 	})
 
 	t.Run("explain", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		// Friday noon in Berlin.
 		r := asTenant.run(t, "explain", "Mon-Fri 20:00-08:00 Europe/Berlin", "--from", "2026-11-27T12:00:00+01:00", "--count", "2")
 		g.Expect(r.code).To(Equal(0))
@@ -375,7 +375,7 @@ Next transitions:
 	})
 
 	t.Run("wrong usage", func(t *testing.T) {
-		g := NewWithT(t)
+		g := expect(t)
 		for _, args := range [][]string{{}, {"wake"}, {"wake", "a/b"}, {"sleep", team, "--for", "-1h"}, {"frobnicate"}, {"status", "--no-such-flag"}} {
 			r := asTenant.run(t, args...)
 			g.Expect(r.code).To(Equal(2), "kubectl-phalanks %v", args)
@@ -392,7 +392,7 @@ func lines(s string) []string { return strings.Split(strings.TrimRight(s, "\n"),
 // grantEdit binds the built-in edit role to user in namespace.
 func grantEdit(t *testing.T, namespace, user string) {
 	t.Helper()
-	NewWithT(t).Expect(admin.Create(context.Background(), &rbacv1.RoleBinding{
+	expect(t).Expect(admin.Create(context.Background(), &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: user + "-edit"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
@@ -403,7 +403,7 @@ func grantEdit(t *testing.T, namespace, user string) {
 func operatorDeployment(t *testing.T, namespace string, args ...string) {
 	t.Helper()
 	labels := map[string]string{"app.kubernetes.io/name": "phalanks-operator", "control-plane": "controller-manager"}
-	NewWithT(t).Expect(admin.Create(context.Background(), &appsv1.Deployment{
+	expect(t).Expect(admin.Create(context.Background(), &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "phalanks-controller-manager"},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](0),
@@ -427,7 +427,7 @@ func newDeploymentWith(t *testing.T, ns, name string, replicas int32, annotation
 		},
 	}
 	change(d)
-	NewWithT(t).Expect(admin.Create(context.Background(), d)).To(Succeed())
+	expect(t).Expect(admin.Create(context.Background(), d)).To(Succeed())
 	return d
 }
 
@@ -461,7 +461,7 @@ func metric(g Gomega, name, namespace, kind string) float64 {
 // re-created by a server-side apply of the annotation alone; the write carries the UID
 // read, so the API server refuses it, and the plugin says so.
 func TestAWakeNeverWritesAnObjectDeletedSinceItWasRead(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	bin := pluginBinary(t)

@@ -25,7 +25,7 @@ func newWidget(t *testing.T, ns, name string, replicas int64, annotations map[st
 	w.SetNamespace(ns)
 	w.SetName(name)
 	w.SetAnnotations(annotations)
-	NewWithT(t).Expect(admin.Create(context.Background(), w)).To(Succeed())
+	expect(t).Expect(admin.Create(context.Background(), w)).To(Succeed())
 	return w
 }
 
@@ -44,7 +44,7 @@ func widgetReplicas(w *unstructured.Unstructured) func(Gomega) int64 {
 // downtime. A count recorded without the scale that should follow it (an operator
 // stopped between the two requests) is completed, not mistaken for a manual change.
 func TestAKindWithAScaleSubresourceIsScaledThroughIt(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ctx := context.Background()
 	grant := &rbacv1.ClusterRole{}
 	g.Expect(readYAML(filepath.Join("testdata", "widgets-rbac.yaml"), grant)).To(Succeed())

@@ -41,7 +41,7 @@ func available(replicas *int32, generation, observed int64, availableReplicas in
 // what it waits for is Ready; on the operator's ScaleUp events, that no two restores
 // are closer than the rate allows; and at the end, that every one is back.
 func TestAMorningOfTwoHundredWorkloadsComesUpInOrder(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	ctx := context.Background()
 	const rate = 20.0
 	downtime, end := downtimeEndingIn(30 * time.Second)
@@ -183,7 +183,7 @@ func TestAMorningOfTwoHundredWorkloadsComesUpInOrder(t *testing.T) {
 // their timeouts; and a wake-after that tries to name another namespace's workload is a
 // schedule error, which restores at once like any unreadable schedule.
 func TestARestoreNeverWaitsForeverForWhatItWakesAfter(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	downtime, end := downtimeEndingIn(20 * time.Second)
 	ns := newNamespace(t, map[string]string{scaling.AnnotationDowntime: downtime})
 	stuck := newDeploymentWith(t, ns, "db", 1, nil, func(d *appsv1.Deployment) {

@@ -18,7 +18,7 @@ import (
 // transition, and is back before the downtime ends while the second is still down; the
 // third is never scaled down.
 func TestAWakeLeadRestoresBeforeTheUptimeBegins(t *testing.T) {
-	g := NewWithT(t)
+	g := expect(t)
 	const lead = 20 * time.Second
 	end := time.Now().Add(50 * time.Second).UTC().Truncate(time.Second)
 	downtime := time.Now().Add(-time.Minute).UTC().Truncate(time.Second).Format(time.RFC3339) + "-" + end.Format(time.RFC3339)
