@@ -134,6 +134,27 @@ var _ = Describe("StorageBucket region discovery", func() {
 		Expect(bucketExists(server, "created-in-found-region")).To(BeFalse(), "deletionPolicy Delete applies to the bucket created in the region found")
 	})
 
+	It("follows a 301 PermanentRedirect that names the region in x-amz-bucket-region, as AWS S3 answers", func() {
+		Expect(server.MakeBucket(ctx, "redirected-bucket", miniogo.MakeBucketOptions{})).To(Succeed())
+		// In front of the server, the proxy answers every request signed for another
+		// region the way AWS S3 does, before the server could say anything.
+		proxy.Fail(func(r *http.Request) *minio.S3Error {
+			if m := signedRegion.FindStringSubmatch(r.Header.Get("Authorization")); m != nil && m[1] != region {
+				return &minio.S3Error{Status: http.StatusMovedPermanently, Code: "PermanentRedirect", Region: region}
+			}
+			return nil
+		})
+		found := through(newBucket(ns, "redirected", "redirected-bucket", server))
+		create(found)
+		pinned := through(newBucket(ns, "redirected-pinned", "redirected-bucket", server))
+		pinned.Spec.Region = "us-west-2"
+		create(pinned)
+		eventuallyReady(found, metav1.ConditionTrue, "BucketReady", 30*time.Second)
+		Expect(get(found).Status.Region).To(Equal(region))
+		eventuallyReady(pinned, metav1.ConditionFalse, "WrongRegion", 30*time.Second)
+		Expect(condition(get(pinned), "Ready").Message).To(ContainSubstring(`set spec.region to "eu-central-1"`))
+	})
+
 	It("keeps reporting WrongRegion, naming the right one, when the spec sets a wrong region", func() {
 		Expect(server.MakeBucket(ctx, "pinned-bucket", miniogo.MakeBucketOptions{})).To(Succeed())
 		sb := through(newBucket(ns, "pinned", "pinned-bucket", server))

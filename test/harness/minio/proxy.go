@@ -40,6 +40,10 @@ type Proxy struct {
 type S3Error struct {
 	Status int
 	Code   string
+	// Region, when set, is the bucket's region the answer names, in the header
+	// x-amz-bucket-region and the error document, as AWS S3 names it in a 301
+	// PermanentRedirect.
+	Region string
 }
 
 // NotImplemented is what an endpoint without a feature answers.
@@ -113,8 +117,13 @@ func (s *Server) StartProxyOn(host string) (*Proxy, error) {
 		if rule != nil {
 			if e := rule(r); e != nil {
 				rec.Header().Set("Content-Type", "application/xml")
+				region := ""
+				if e.Region != "" {
+					rec.Header().Set("X-Amz-Bucket-Region", e.Region)
+					region = "<Region>" + e.Region + "</Region>"
+				}
 				rec.WriteHeader(e.Status)
-				_, _ = fmt.Fprintf(rec, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>refused by the test proxy</Message></Error>`, e.Code)
+				_, _ = fmt.Fprintf(rec, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>refused by the test proxy</Message>%s</Error>`, e.Code, region)
 				return
 			}
 		}
