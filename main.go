@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -449,8 +450,16 @@ func managerOptions(cfg config, rotation *certrotation.Rotation) manager.Options
 		GracefulShutdownTimeout:       &cfg.shutdownTimeout,
 		// Nothing reads managedFields from the cache; dropping them saves memory and copies.
 		// Deployments: only those Foos created (scheduled scaling has its own slim cache).
-		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: foo.CacheByObject()},
+		// StorageBuckets: with the strings many of them share held once.
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: cacheByObject()},
 	}
+}
+
+// cacheByObject is what each controller asks of the manager's cache for its kinds.
+func cacheByObject() map[client.Object]cache.ByObject {
+	out := foo.CacheByObject()
+	maps.Copy(out, storagebucket.CacheByObject())
+	return out
 }
 
 // Every reconciler reports through the events.k8s.io API.

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/phalanks/phalanks-operator/internal/intern"
 	"github.com/phalanks/phalanks-operator/internal/workers"
 )
 
@@ -620,49 +620,23 @@ func slimPod(obj any) (any, error) {
 	}
 	meta := metav1.ObjectMeta{
 		Name:              p.Name,
-		Namespace:         podStrings.of(p.Namespace),
+		Namespace:         podStrings.Of(p.Namespace),
 		DeletionTimestamp: p.DeletionTimestamp,
 	}
 	if len(p.Labels) > 0 {
 		meta.Labels = make(map[string]string, len(p.Labels))
 		for k, v := range p.Labels {
-			meta.Labels[podStrings.of(k)] = podStrings.of(v)
+			meta.Labels[podStrings.Of(k)] = podStrings.Of(v)
 		}
 	}
 	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
 		meta.OwnerReferences = []metav1.OwnerReference{{
-			APIVersion: podStrings.of(ref.APIVersion), Kind: podStrings.of(ref.Kind), Name: podStrings.of(ref.Name),
-			UID: types.UID(podStrings.of(string(ref.UID))), Controller: ptr.To(true),
+			APIVersion: podStrings.Of(ref.APIVersion), Kind: podStrings.Of(ref.Kind), Name: podStrings.Of(ref.Name),
+			UID: types.UID(podStrings.Of(string(ref.UID))), Controller: ptr.To(true),
 		}}
 	}
 	return &metav1.PartialObjectMetadata{TypeMeta: p.TypeMeta, ObjectMeta: meta}, nil
 }
 
 // podStrings shares the strings of cached pods.
-var podStrings = newInterner(1 << 16)
-
-// interner hands out one copy of each string it is given, so that the many objects that
-// hold the same string hold one. It forgets them all once it holds max, which bounds it
-// in a cluster whose strings change over months: those handed out stay valid.
-type interner struct {
-	mu   sync.Mutex
-	max  int
-	strs map[string]string
-}
-
-func newInterner(maxStrings int) *interner {
-	return &interner{max: maxStrings, strs: map[string]string{}}
-}
-
-func (in *interner) of(s string) string {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if c, ok := in.strs[s]; ok {
-		return c
-	}
-	if len(in.strs) >= in.max {
-		clear(in.strs)
-	}
-	in.strs[s] = s
-	return s
-}
+var podStrings = intern.New(1 << 16)

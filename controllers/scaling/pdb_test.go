@@ -189,24 +189,6 @@ func TestCachedPodsShareTheirCommonStrings(t *testing.T) {
 	same("the controller's UID", string(ra.UID), string(rb.UID))
 }
 
-func TestTheInternerForgetsWhenFull(t *testing.T) {
-	in := newInterner(2)
-	// Strings of more than one byte: the runtime shares one-byte strings anyway.
-	fresh := func(s string) string { return string([]byte(s)) }
-	x := in.of(fresh("web-7c9f4"))
-	if got := in.of(fresh("web-7c9f4")); !sameBytes(got, x) {
-		t.Error("the second copy is not the first")
-	}
-	in.of(fresh("db-0"))
-	in.of(fresh("cache-0")) // full: forgets the two before
-	if len(in.strs) != 1 {
-		t.Errorf("it holds %d strings; want 1 after forgetting", len(in.strs))
-	}
-	if got := in.of(fresh("web-7c9f4")); got != "web-7c9f4" || sameBytes(got, x) {
-		t.Error("web-7c9f4 was not forgotten")
-	}
-}
-
 // sameBytes reports whether two strings share their bytes, not only their value.
 func sameBytes(a, b string) bool {
 	return unsafe.StringData(a) == unsafe.StringData(b) //nolint:gosec // G103: where the bytes are is what the tests check

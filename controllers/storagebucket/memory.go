@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -64,11 +63,9 @@ type bucketState struct {
 	// known to record that this StorageBucket creates its bucket.
 	createRecordedFor string
 	obs               statusInput
-	// up and failing are the bucket's phalanks_storagebucket_up and
-	// phalanks_storagebucket_consecutive_failures series, looked up once.
-	// seriesEpoch is seriesDeletions when they were looked up.
-	up, failing prometheus.Gauge
-	seriesEpoch uint64
+	// probed is set once a probe's result is recorded, and ready is whether it found
+	// the bucket Ready: with obs.failures, the bucket's series (bucketSeries).
+	probed, ready bool
 	// inputs are the last probing pass's inputs (Reconciler.inputsFor).
 	inputs inputs
 	// check and checks are the last pass's check input and the conditions made of it:
@@ -211,6 +208,28 @@ func (m *memory) forget(uid types.UID) (types.NamespacedName, bool) {
 		delete(m.names, key)
 	}
 	return key, found
+}
+
+// seriesValue is what one bucket's series show.
+type seriesValue struct {
+	key      types.NamespacedName
+	ready    bool
+	failures int32
+}
+
+// series returns the series of every bucket whose probe result is recorded. A state is
+// not changed once stored but for what writing the status records (a pass works on a
+// copy), so reading it under the lock is safe.
+func (m *memory) series() []seriesValue {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]seriesValue, 0, len(m.buckets))
+	for _, st := range m.buckets {
+		if st.probed {
+			out = append(out, seriesValue{key: st.key, ready: st.ready, failures: st.obs.failures})
+		}
+	}
+	return out
 }
 
 // uidsIn returns the UIDs this memory holds anything for whose slot is in slots.

@@ -1,9 +1,11 @@
 package storagebucket
 
 import (
-	"sync/atomic"
+	"context"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/phalanks/phalanks-operator/internal/s3probe"
@@ -22,20 +24,6 @@ var (
 		Name: "phalanks_storagebucket_probe_failures_total",
 		Help: "Failed bucket probes, by condition reason.",
 	}, []string{"reason"})
-
-	// The StorageBucket's labels are not called namespace and name: a scrape adds the
-	// target's own namespace label (the operator's), which would rename ours.
-	bucketUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "phalanks_storagebucket_up",
-		Help: "1 when the last probe found the bucket Ready, 0 otherwise; removed with the StorageBucket.",
-	}, []string{"storagebucket_namespace", "storagebucket"})
-
-	// consecutiveFailures lets an alert wait for a number of probes, whatever each
-	// bucket's interval: "not Ready for N intervals" is N failures in a row.
-	consecutiveFailures = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "phalanks_storagebucket_consecutive_failures",
-		Help: "Probes in a row that found the bucket not Ready (0 after a healthy one); removed with the StorageBucket.",
-	}, []string{"storagebucket_namespace", "storagebucket"})
 
 	probeLateness = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "phalanks_storagebucket_probe_lateness_seconds",
@@ -71,16 +59,111 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(probeDuration, probeFailures, bucketUp, consecutiveFailures, probeLateness, probesTotal,
+	metrics.Registry.MustRegister(probeDuration, probeFailures, bucketSeries, probeLateness, probesTotal,
 		statusWrites, scheduledBuckets, dispatchedBuckets, endpointDownMarks)
+}
+
+// The per-StorageBucket series. Their labels are not called namespace and name: a
+// scrape adds the target's own namespace label (the operator's), which would rename
+// ours.
+var (
+	bucketLabels = []string{"storagebucket_namespace", "storagebucket"}
+	upDesc       = prometheus.NewDesc("phalanks_storagebucket_up",
+		"1 when the last probe found the bucket Ready, 0 otherwise; removed with the StorageBucket.", bucketLabels, nil)
+	// consecutive failures let an alert wait for a number of probes, whatever each
+	// bucket's interval: "not Ready for N intervals" is N failures in a row.
+	failuresDesc = prometheus.NewDesc("phalanks_storagebucket_consecutive_failures",
+		"Probes in a row that found the bucket not Ready (0 after a healthy one); removed with the StorageBucket.", bucketLabels, nil)
+)
+
+// bucketSeries serves the per-StorageBucket series at each scrape from what the running
+// reconcilers remember of their buckets (memory.series), rather than keeping a gauge
+// per bucket and series between scrapes: a gauge vector's child, its label pairs and
+// its map entries cost about 400 bytes per series, two series per bucket, for the whole
+// life of the process; a scrape's copies are garbage once it is served. A bucket's
+// series exist from its first probe until it is forgotten (deleted, re-created under
+// its name, or handed over to another replica), as the gauges did.
+var bucketSeries = &seriesCollector{memories: map[*memory]struct{}{}}
+
+// seriesCollector is a prometheus.Collector over the memories of the reconcilers
+// running in this process (one in the operator; more in tests).
+type seriesCollector struct {
+	mu       sync.Mutex
+	memories map[*memory]struct{}
+}
+
+// serve makes m's buckets' series part of every scrape until ctx ends.
+func (c *seriesCollector) serve(ctx context.Context, m *memory) {
+	c.add(m)
+	<-ctx.Done()
+	c.remove(m)
+}
+
+func (c *seriesCollector) add(m *memory) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.memories[m] = struct{}{}
+}
+
+func (c *seriesCollector) remove(m *memory) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.memories, m)
+}
+
+// seriesServer serves a reconciler's series while it runs: on the leader, or on every
+// replica of a ring, as the controller itself.
+type seriesServer struct {
+	mem        *memory
+	leaderOnly bool
+}
+
+func (s seriesServer) Start(ctx context.Context) error {
+	bucketSeries.serve(ctx, s.mem)
+	return nil
+}
+
+func (s seriesServer) NeedLeaderElection() bool { return s.leaderOnly }
+
+// Describe implements prometheus.Collector.
+func (c *seriesCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- upDesc
+	ch <- failuresDesc
+}
+
+// Collect implements prometheus.Collector. A bucket two memories hold (two reconcilers
+// of one process during a handover, in tests) is served once.
+func (c *seriesCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	memories := make([]*memory, 0, len(c.memories))
+	for m := range c.memories {
+		memories = append(memories, m)
+	}
+	c.mu.Unlock()
+	var seen map[types.NamespacedName]bool
+	if len(memories) > 1 {
+		seen = map[types.NamespacedName]bool{}
+	}
+	for _, m := range memories {
+		for _, s := range m.series() {
+			if seen != nil {
+				if seen[s.key] {
+					continue
+				}
+				seen[s.key] = true
+			}
+			up := 0.0
+			if s.ready {
+				up = 1
+			}
+			ch <- prometheus.MustNewConstMetric(upDesc, prometheus.GaugeValue, up, s.key.Namespace, s.key.Name)
+			ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.GaugeValue, float64(s.failures), s.key.Namespace, s.key.Name)
+		}
+	}
 }
 
 // The series every probe touches are looked up once, not per probe.
 var (
-	// seriesDeletions counts deletions of per-StorageBucket series: a state's bound
-	// series are looked up again after one.
-	seriesDeletions atomic.Uint64
-
 	probesByCause = func() map[probeCause]prometheus.Counter {
 		out := map[probeCause]prometheus.Counter{}
 		for _, c := range []probeCause{causeResume, causeNew, causeSpec, causeInputs, causeSchedule} {

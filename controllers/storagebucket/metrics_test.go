@@ -18,10 +18,9 @@ import (
 // sample's own label of the same name to exported_<name>. No StorageBucket metric may
 // use one of those names.
 func TestMetricLabelsSurviveAScrape(t *testing.T) {
-	bucketUp.WithLabelValues("team-a", "photos").Set(1)
-	defer bucketUp.DeleteLabelValues("team-a", "photos")
-	consecutiveFailures.WithLabelValues("team-a", "photos").Set(0)
-	defer consecutiveFailures.DeleteLabelValues("team-a", "photos")
+	r := servedReconciler(t)
+	photos := seedSeries(types.NamespacedName{Namespace: "team-a", Name: "photos"}, "uid-photos")
+	r.record(photos.sb, photos.st, s3probe.Result{Start: time.Now()}, []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}, true)
 	probeDuration.WithLabelValues("HeadBucket", "success").Observe(0)
 	probeFailures.WithLabelValues("Timeout").Add(0)
 	probesTotal.WithLabelValues("schedule").Add(0)
@@ -51,12 +50,20 @@ func TestMetricLabelsSurviveAScrape(t *testing.T) {
 	}
 }
 
-// A StorageBucket deleted and re-created under its name: the new object's pass may
-// record before the old one is forgotten, and forgetting the old one deletes the
-// name's series. The new object's next pass must export its series again, although
-// its state bound them once (they are looked up once, not per probe).
-func TestANamesakeKeepsItsSeriesWhenTheOldObjectIsForgotten(t *testing.T) {
+// servedReconciler is a reconciler whose buckets' series the registry serves until
+// the test ends.
+func servedReconciler(t *testing.T) *Reconciler {
 	r := &Reconciler{mem: newMemory(), sched: newScheduler(), refs: &refReader{}}
+	bucketSeries.add(r.mem)
+	t.Cleanup(func() { bucketSeries.remove(r.mem) })
+	return r
+}
+
+// A StorageBucket deleted and re-created under its name: the new object's pass may
+// record before the old one is forgotten. Forgetting the old one must leave the name's
+// series, which are the new object's now.
+func TestANamesakeKeepsItsSeriesWhenTheOldObjectIsForgotten(t *testing.T) {
+	r := servedReconciler(t)
 	key := types.NamespacedName{Namespace: "team-a", Name: "recreated"}
 	old, namesake := seedSeries(key, "uid-old"), seedSeries(key, "uid-new")
 	healthy := s3probe.Result{Start: time.Now(), Depth: s3probe.DepthHeadBucket}
@@ -64,13 +71,40 @@ func TestANamesakeKeepsItsSeriesWhenTheOldObjectIsForgotten(t *testing.T) {
 	r.record(old.sb, old.st, healthy, ready, true)
 	r.record(namesake.sb, namesake.st, healthy, ready, true)
 	r.forget("uid-old")
-	r.record(namesake.sb, namesake.st, healthy, ready, true)
-	defer bucketUp.DeleteLabelValues(key.Namespace, key.Name)
-	defer consecutiveFailures.DeleteLabelValues(key.Namespace, key.Name)
 	for _, name := range []string{"phalanks_storagebucket_up", "phalanks_storagebucket_consecutive_failures"} {
-		if !exported(t, name, key) {
-			t.Errorf("%s of %s is not exported after its namesake was forgotten", name, key)
+		if got := samples(t, name, key); len(got) != 1 {
+			t.Errorf("%s of %s: %v after its namesake was forgotten, want one sample", name, key, got)
 		}
+	}
+	r.forget("uid-new")
+	for _, name := range []string{"phalanks_storagebucket_up", "phalanks_storagebucket_consecutive_failures"} {
+		if got := samples(t, name, key); len(got) != 0 {
+			t.Errorf("%s of %s: %v after both were forgotten, want none", name, key, got)
+		}
+	}
+}
+
+// The series show the last recorded probe: up 1 and no failures when Ready, up 0 and
+// the failures in a row when not; a bucket two reconcilers of one process hold (a
+// handover between two in one test process) is served once, as a scrape must be.
+func TestTheSeriesShowTheLastProbeAndEachBucketOnce(t *testing.T) {
+	r, other := servedReconciler(t), servedReconciler(t)
+	key := types.NamespacedName{Namespace: "team-b", Name: "flaky"}
+	b := seedSeries(key, "uid-flaky")
+	at := s3probe.Result{Start: time.Now()}
+	notReady := []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse}}
+	r.record(b.sb, b.st, at, notReady, true)
+	r.record(b.sb, b.st, at, notReady, true)
+	if got := samples(t, "phalanks_storagebucket_up", key); len(got) != 1 || got[0] != 0 {
+		t.Errorf("up = %v, want [0]", got)
+	}
+	if got := samples(t, "phalanks_storagebucket_consecutive_failures", key); len(got) != 1 || got[0] != 2 {
+		t.Errorf("consecutive failures = %v, want [2]", got)
+	}
+	copied := seedSeries(key, "uid-flaky")
+	other.record(copied.sb, copied.st, at, []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}, true)
+	if got := samples(t, "phalanks_storagebucket_up", key); len(got) != 1 {
+		t.Errorf("up = %v with two reconcilers holding the bucket, want one sample", got)
 	}
 }
 
@@ -84,12 +118,14 @@ func seedSeries(key types.NamespacedName, uid types.UID) seeded {
 	return seeded{sb: sb, st: &bucketState{key: key}}
 }
 
-func exported(t *testing.T, name string, key types.NamespacedName) bool {
+// samples returns the values of name's samples for the bucket key.
+func samples(t *testing.T, name string, key types.NamespacedName) []float64 {
 	t.Helper()
 	families, err := metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []float64
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
@@ -100,9 +136,9 @@ func exported(t *testing.T, name string, key types.NamespacedName) bool {
 				labels[l.GetName()] = l.GetValue()
 			}
 			if labels["storagebucket_namespace"] == key.Namespace && labels["storagebucket"] == key.Name {
-				return true
+				out = append(out, m.GetGauge().GetValue())
 			}
 		}
 	}
-	return false
+	return out
 }

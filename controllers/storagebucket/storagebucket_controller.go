@@ -332,6 +332,9 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Reconciler, error) {
 		onDispatch: func(n int) { dispatchedBuckets.Add(float64(n)); scheduledBuckets.Set(float64(r.sched.Len())) }}); err != nil {
 		return nil, fmt.Errorf("add StorageBucket ticker: %w", err)
 	}
+	if err := mgr.Add(seriesServer{mem: r.mem, leaderOnly: o.Shard == nil}); err != nil {
+		return nil, fmt.Errorf("add StorageBucket series: %w", err)
+	}
 	handover, err := r.setupShard(mgr)
 	if err != nil {
 		return nil, err
@@ -478,10 +481,6 @@ func (r *Reconciler) forgetSlots(slots sharding.Set) {
 func (r *Reconciler) forget(uid types.UID) {
 	r.sched.Forget(uid)
 	r.refs.release(uid)
-	if key, ok := r.mem.forget(uid); ok {
-		bucketUp.DeleteLabelValues(key.Namespace, key.Name)
-		consecutiveFailures.DeleteLabelValues(key.Namespace, key.Name)
-		seriesDeletions.Add(1)
-	}
+	r.mem.forget(uid) // its series go with it
 	scheduledBuckets.Set(float64(r.sched.Len()))
 }

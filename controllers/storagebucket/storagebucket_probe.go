@@ -303,21 +303,12 @@ func (r *Reconciler) record(sb *phalanksv1beta1.StorageBucket, st *bucketState, 
 	ready := readyCondition(checks).Status == metav1.ConditionTrue
 	st.obs.generation, st.obs.checks = sb.Generation, checks
 	st.obs.probedAt, st.obs.duration, st.obs.certNotAfter = res.Start, res.Duration, res.CertNotAfter
-	if epoch := seriesDeletions.Load(); st.up == nil || st.seriesEpoch != epoch {
-		// Bound again after any series was deleted: it may have been this name's (a
-		// namesake's forget), which leaves a bound child unexported.
-		st.up = bucketUp.WithLabelValues(sb.Namespace, sb.Name)
-		st.failing = consecutiveFailures.WithLabelValues(sb.Namespace, sb.Name)
-		st.seriesEpoch = epoch
-	}
 	if ready {
 		st.obs.failures, st.obs.lastSuccess = 0, res.Start
-		st.up.Set(1)
 	} else {
 		st.obs.failures++
-		st.up.Set(0)
 	}
-	st.failing.Set(float64(st.obs.failures))
+	st.probed, st.ready = true, ready
 	if probed {
 		if res.Failure != nil {
 			probeFailures.WithLabelValues(string(res.Failure.Reason)).Inc()

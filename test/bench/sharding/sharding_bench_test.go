@@ -14,6 +14,7 @@ package sharding_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -100,6 +101,7 @@ type replicaResult struct {
 	onTimePercent float64
 	p99Late       float64 // seconds (upper bound of the bucket)
 	rssMiB        float64
+	liveHeapMiB   float64 // Go heap right after a collection
 	cpuCores      float64
 	cached        float64
 }
@@ -182,11 +184,13 @@ func measureWindow(b *testing.B, env *envtest.Env, managers []*manager, serverSi
 		r.probesTotal += probes
 		rss, _, err := measure.Memory(m.proc.PID())
 		must(b, err)
+		live := m.liveHeap(b, fmt.Sprintf("%d-of-%d-%d", i, len(managers), buckets))
 		res := replicaResult{
 			slots:        after[i].f.Sum("phalanks_storagebucket_shard_slots", nil),
 			probesPerSec: probes / elapsed.Seconds(),
 			p99Late:      late.Quantile(0.99),
 			rssMiB:       measure.MiB(rss),
+			liveHeapMiB:  live,
 			cpuCores:     (after[i].cpu - before[i].cpu).Seconds() / elapsed.Seconds(),
 			cached:       after[i].f.Sum("phalanks_storagebucket_cached", nil),
 		}
@@ -219,12 +223,12 @@ func report(b *testing.B, buckets int, latency time.Duration, rows []row) {
 	var out strings.Builder
 	fmt.Fprintf(&out, "\n%d StorageBuckets, HeadBucket every %s, S3 latency %s, --storagebucket-concurrency=%d, window %s per replica count\n\n",
 		buckets, interval, latency, concurrency, window)
-	out.WriteString("| list path | replicas | replica | slots | probes/s | on time (≤ 1 s) | p99 lateness ≤ | RSS MiB | CPU cores | StorageBuckets cached |\n")
-	out.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	out.WriteString("| list path | replicas | replica | slots | probes/s | on time (≤ 1 s) | p99 lateness ≤ | RSS MiB | live heap MiB | CPU cores | StorageBuckets cached |\n")
+	out.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		for i, p := range r.perReplica {
-			fmt.Fprintf(&out, "| %s | %d | %d | %.0f | %.1f | %.2f %% | %s | %.0f | %.3f | %.0f |\n", modeName(r.serverSide), r.replicas, i,
-				p.slots, p.probesPerSec, p.onTimePercent, lateText(p.p99Late), p.rssMiB, p.cpuCores, p.cached)
+			fmt.Fprintf(&out, "| %s | %d | %d | %.0f | %.1f | %.2f %% | %s | %.0f | %.1f | %.3f | %.0f |\n", modeName(r.serverSide), r.replicas, i,
+				p.slots, p.probesPerSec, p.onTimePercent, lateText(p.p99Late), p.rssMiB, p.liveHeapMiB, p.cpuCores, p.cached)
 		}
 	}
 	out.WriteString("\n| list path | replicas | probes/s (all) | demand/s | max/min probes per replica | writes per probe | load average (1 min, 5 min) |\n")
@@ -359,6 +363,8 @@ func buildManager(b *testing.B) string {
 type manager struct {
 	proc    *process.Process
 	metrics string
+	// pprof is the manager's profiling endpoint, for the live heap after a collection.
+	pprof string
 }
 
 func startManager(b *testing.B, bin, kubeconfig, name string) *manager {
@@ -367,24 +373,43 @@ func startManager(b *testing.B, bin, kubeconfig, name string) *manager {
 
 // startManagerWith starts a manager probing with workers at once.
 func startManagerWith(b *testing.B, bin, kubeconfig, name string, workers int) *manager {
-	ports := make([]int, 3)
+	ports := make([]int, 4)
 	for i := range ports {
 		var err error
 		ports[i], err = process.FreePort()
 		must(b, err)
 	}
-	m := &manager{metrics: "http://" + process.HostPort(ports[0]) + "/metrics"}
+	m := &manager{metrics: "http://" + process.HostPort(ports[0]) + "/metrics", pprof: "http://" + process.HostPort(ports[3]) + "/debug/pprof"}
 	m.proc = &process.Process{Name: name, Path: bin, LogPath: filepath.Join(b.TempDir(), name+".log"), Args: []string{
 		"--kubeconfig", kubeconfig, "--leader-elect", "--leader-elect-namespace", leaseNS,
 		"--metrics-bind-address", process.HostPort(ports[0]), "--metrics-secure=false",
 		"--health-probe-bind-address", process.HostPort(ports[1]), "--webhook-port", strconv.Itoa(ports[2]),
 		"--storagebucket-concurrency", strconv.Itoa(workers),
 		"--storagebucket-endpoint-allow-cidrs=127.0.0.1/32", // the stub listens on loopback
+		"--pprof-bind-address", process.HostPort(ports[3]),
 	}}
 	must(b, m.proc.Start())
 	b.Cleanup(func() { _ = m.proc.Stop(30 * time.Second) })
 	must(b, process.WaitFor(m.proc, time.Minute, func() error { _, err := measure.Scrape(nil, m.metrics); return err }))
 	return m
+}
+
+// liveHeap returns the manager's Go heap right after a collection, in MiB: a heap
+// profile with gc=1 collects first. BENCH_HEAP_PROFILES=DIR keeps the profile, named
+// after the replica and the bucket count, for `go tool pprof -sample_index=inuse_space
+// -top bin/manager FILE`.
+func (m *manager) liveHeap(b *testing.B, name string) float64 {
+	resp, err := http.Get(m.pprof + "/heap?gc=1") //nolint:noctx // the manager this benchmark started, on loopback
+	must(b, err)
+	profile, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	must(b, err)
+	if dir := os.Getenv("BENCH_HEAP_PROFILES"); dir != "" {
+		path := filepath.Join(dir, "sharding-"+name+".pb.gz")
+		must(b, os.WriteFile(path, profile, 0o600)) //nolint:gosec // G703: a directory the developer named
+		b.Logf("heap profile: %s", path)
+	}
+	return m.scrape(b).Sum("go_memstats_heap_alloc_bytes", nil) / (1 << 20)
 }
 
 func (m *manager) scrape(b *testing.B) measure.Families {
