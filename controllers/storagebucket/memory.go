@@ -217,17 +217,22 @@ type seriesValue struct {
 	failures int32
 }
 
-// series returns the series of every bucket whose probe result is recorded. A state is
-// not changed once stored but for what writing the status records (a pass works on a
-// copy), so reading it under the lock is safe.
-func (m *memory) series() []seriesValue {
+// series appends the series of every bucket whose probe result is recorded to out. A
+// state is not changed once stored but for what writing the status records (a pass
+// works on a copy), so reading it under the lock is safe. A state whose name now names
+// another object (a pass of a StorageBucket replaced under its name that ended after
+// the replacement stored it again) is left out: the name's series are its successor's.
+func (m *memory) series(out []seriesValue) []seriesValue {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]seriesValue, 0, len(m.buckets))
-	for _, st := range m.buckets {
-		if st.probed {
-			out = append(out, seriesValue{key: st.key, ready: st.ready, failures: st.obs.failures})
+	for uid, st := range m.buckets {
+		if !st.probed {
+			continue
 		}
+		if named, ok := m.names[st.key]; ok && named != uid {
+			continue
+		}
+		out = append(out, seriesValue{key: st.key, ready: st.ready, failures: st.obs.failures})
 	}
 	return out
 }

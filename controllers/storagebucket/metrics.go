@@ -1,11 +1,13 @@
 package storagebucket
 
 import (
+	"cmp"
 	"context"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/phalanks/phalanks-operator/internal/s3probe"
@@ -131,34 +133,30 @@ func (c *seriesCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- failuresDesc
 }
 
-// Collect implements prometheus.Collector. A bucket two memories hold (two reconcilers
-// of one process during a handover, in tests) is served once.
+// Collect implements prometheus.Collector. Each name is served once, whatever holds it
+// twice (two reconcilers of one process during a handover, in tests; two objects of one
+// name taken over together, neither reconciled yet): a scrape with two samples of one
+// series fails whole, every metric of the process with it.
 func (c *seriesCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	memories := make([]*memory, 0, len(c.memories))
+	var all []seriesValue
 	for m := range c.memories {
-		memories = append(memories, m)
+		all = m.series(all)
 	}
 	c.mu.Unlock()
-	var seen map[types.NamespacedName]bool
-	if len(memories) > 1 {
-		seen = map[types.NamespacedName]bool{}
-	}
-	for _, m := range memories {
-		for _, s := range m.series() {
-			if seen != nil {
-				if seen[s.key] {
-					continue
-				}
-				seen[s.key] = true
-			}
-			up := 0.0
-			if s.ready {
-				up = 1
-			}
-			ch <- prometheus.MustNewConstMetric(upDesc, prometheus.GaugeValue, up, s.key.Namespace, s.key.Name)
-			ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.GaugeValue, float64(s.failures), s.key.Namespace, s.key.Name)
+	slices.SortFunc(all, func(a, b seriesValue) int {
+		return cmp.Or(strings.Compare(a.key.Namespace, b.key.Namespace), strings.Compare(a.key.Name, b.key.Name))
+	})
+	for i, s := range all {
+		if i > 0 && all[i-1].key == s.key {
+			continue
 		}
+		up := 0.0
+		if s.ready {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(upDesc, prometheus.GaugeValue, up, s.key.Namespace, s.key.Name)
+		ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.GaugeValue, float64(s.failures), s.key.Namespace, s.key.Name)
 	}
 }
 

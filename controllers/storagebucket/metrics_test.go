@@ -84,6 +84,35 @@ func TestANamesakeKeepsItsSeriesWhenTheOldObjectIsForgotten(t *testing.T) {
 	}
 }
 
+// A pass of a StorageBucket that was deleted and created again under its name may end
+// after the new object's first pass forgot it, and store its state again. The scrape
+// must still serve the name once, the new object's, not fail whole for a duplicate; so
+// must one with two objects of a name that no pass has named yet.
+func TestALatePassOfAReplacedStorageBucketDoesNotBreakTheScrape(t *testing.T) {
+	r := servedReconciler(t)
+	key := types.NamespacedName{Namespace: "team-a", Name: "replaced"}
+	old, namesake := seedSeries(key, "uid-old"), seedSeries(key, "uid-new")
+	at := s3probe.Result{Start: time.Now()}
+	r.mem.track("uid-old", key)
+	if prev, replaced := r.mem.track("uid-new", key); !replaced || prev != "uid-old" {
+		t.Fatalf("track = %s, %v; want uid-old replaced", prev, replaced)
+	}
+	r.forget("uid-old")
+	r.record(namesake.sb, namesake.st, at, []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}, true)
+	r.record(old.sb, old.st, at, []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse}}, true)
+	if got := samples(t, "phalanks_storagebucket_up", key); len(got) != 1 || got[0] != 1 {
+		t.Errorf("up = %v, want the new object's [1]", got)
+	}
+
+	untracked := types.NamespacedName{Namespace: "team-a", Name: "taken-over"}
+	first, second := seedSeries(untracked, "uid-first"), seedSeries(untracked, "uid-second")
+	r.record(first.sb, first.st, at, []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}, true)
+	r.record(second.sb, second.st, at, []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}, true)
+	if got := samples(t, "phalanks_storagebucket_up", untracked); len(got) != 1 {
+		t.Errorf("up = %v with two untracked objects of one name, want one sample", got)
+	}
+}
+
 // The series show the last recorded probe: up 1 and no failures when Ready, up 0 and
 // the failures in a row when not; a bucket two reconcilers of one process hold (a
 // handover between two in one test process) is served once, as a scrape must be.
