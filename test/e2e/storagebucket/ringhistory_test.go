@@ -3,6 +3,8 @@ package storagebucket_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -124,10 +126,12 @@ func (h *ringHistory) owner(slot int, lease time.Duration) string {
 	return ""
 }
 
-// settled returns nil when the ring has n live members (whose Leases changed within
-// a lease duration) and each works on exactly its share among them and claims nothing
-// besides: no slot is changing hands.
-func (h *ringHistory) settled(n int, lease time.Duration) error {
+// settled returns nil when the ring's live members (whose Leases changed within a
+// lease duration) are exactly members, sorted, and each works on exactly its share
+// among them and claims nothing besides: no slot is changing hands. A replica killed
+// moments ago still looks live by its Lease, so the running replicas are asked for:
+// its slots are not settled until the others took them.
+func (h *ringHistory) settled(members []string, lease time.Duration) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := time.Now()
@@ -139,8 +143,9 @@ func (h *ringHistory) settled(n int, lease time.Duration) error {
 			live = append(live, id)
 		}
 	}
-	if len(live) != n {
-		return fmt.Errorf("%d live members in the ring (%v), want %d", len(live), live, n)
+	sort.Strings(live)
+	if !slices.Equal(live, members) {
+		return fmt.Errorf("the ring's live members are %v, the running replicas %v", live, members)
 	}
 	for id, share := range sharding.Assign(live) {
 		if v := latest[id]; v.slots != share || v.claims != share {
