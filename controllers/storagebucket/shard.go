@@ -223,8 +223,8 @@ func (h *handover) Start(ctx context.Context) error {
 // bucket probed before continues on its grid, or is due now when its last due instant
 // may have been missed (resume), straight on the schedule, without a pass of its own;
 // the others (never probed, edited since, being deleted) are sent to the controller.
-// With server-side sharding the informer also lists again: the buckets of new slots
-// arrive as additions, and reconcile the same way.
+// With server-side sharding the informer gets the buckets of new slots from its watch
+// (sharding.Narrowed) as additions, and they reconcile the same way.
 func (h *handover) reconcile(ctx context.Context, slots sharding.Set) {
 	if slots == 0 {
 		return

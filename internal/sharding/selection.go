@@ -3,11 +3,13 @@ package sharding
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -37,20 +39,31 @@ func ServerSideSupported(ctx context.Context, c metadata.Interface, resource sch
 }
 
 // Narrowed wraps the list and watch of an informer so that it holds only the objects
-// of the member's slots, through the API server's shard selector. When the owned
-// slots change, the running watch ends with "expired", which makes the informer list
-// again with the new selector: objects of new slots arrive as additions, objects of
-// slots given away as deletions.
+// of the member's slots, through the API server's shard selector.
 //
 // What the informer holds was listed with one snapshot of the slots, and every watch
 // that continues it must use that snapshot's selector: a watch opened with a newer one
 // would continue a list of other slots, and the objects of the new ones would stay
 // unseen until a later relist. The snapshot is taken where the informer lists: at a
 // LIST, or at a watch that streams the list itself (sendInitialEvents, what client-go
-// v0.37's reflectors do by default). A watch that continues from a resourceVersion (after a watch
-// ended: the server's timeout, a 429, an API server restart) uses the snapshot of the
-// last list; when there is none, or the slots changed since, it is answered "expired"
-// and the informer lists again.
+// v0.37's reflectors do by default).
+//
+// When the owned slots change, the watch hands the informer over to the new ones
+// itself, without a relist: at the last resourceVersion the informer has seen, it lists
+// the slots given away and those taken (ResourceVersionMatch Exact), sends a deletion
+// for each object of the first and an addition for each of the second, and watches the
+// new slots from that resourceVersion on. Both lists are of the same instant as what
+// the informer holds, and the watch continues from it, so nothing is missed or seen
+// twice. A relist would cost the whole share, and the informer waits before each one
+// for client-go's back-off, which grows with every relist within two minutes up to a
+// minute; a ring that changes often (a rolling update, repeated faults) would leave
+// the objects of taken slots unseen that long.
+//
+// Where the handover cannot be done (no resourceVersion is known yet, a stream that has
+// not finished its list, or the API server no longer has that resourceVersion), the
+// watch ends with "expired" and the informer lists again with the new slots; so does a
+// watch that continues from a resourceVersion (after the API server's timeout, a 429, a
+// restart) when there was no list yet.
 //
 // Used only when ServerSideSupported; otherwise the informer holds every object and
 // the controller filters with the same slot function.
@@ -59,7 +72,7 @@ type Narrowed struct {
 	Inner  cache.ListerWatcherWithContext
 
 	mu     sync.Mutex
-	listed *snapshot // the slots of the last list, streamed or not
+	listed *snapshot // the slots of what the informer holds: its last list, or the last handover
 }
 
 // snapshot is the owned set at one instant and the channel closed at its next change.
@@ -97,43 +110,57 @@ func (n *Narrowed) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 // ListWithContext lists the objects of the owned slots and keeps the snapshot for the
 // watch that follows.
 func (n *Narrowed) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	s := n.list()
+	s := n.snapshot()
+	n.setListed(s)
 	opts.ShardSelector = s.owned.Selector()
 	return n.Inner.ListWithContext(ctx, opts)
 }
 
-// WatchWithContext watches the objects of the owned slots until they change: a watch
-// that lists itself (sendInitialEvents) those of now, keeping the snapshot as a list
-// does; one that continues a list those of that list, or, when they changed since, none
-// ("expired", so that the informer lists again).
+// WatchWithContext watches the objects of the owned slots: a watch that lists itself
+// (sendInitialEvents) those of now, keeping the snapshot as a list does; one that
+// continues from a resourceVersion those of what the informer holds, handed over to the
+// current slots first when they changed since.
 func (n *Narrowed) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	stream := opts.SendInitialEvents != nil && *opts.SendInitialEvents
 	var s *snapshot
-	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
-		s = n.list()
+	if stream {
+		s = n.snapshot()
+		n.setListed(s)
 	} else {
 		n.mu.Lock()
 		s = n.listed
 		n.mu.Unlock()
-		if s == nil || !s.current() {
-			return nil, apierrors.NewResourceExpired("the owned shard slots changed since the last list")
+		if s == nil {
+			return nil, apierrors.NewResourceExpired("no list of the owned shard slots to continue")
 		}
 	}
-	opts.ShardSelector = s.owned.Selector()
-	w, err := n.Inner.WatchWithContext(ctx, opts)
-	if err != nil {
-		return nil, err
+	w := &narrowedWatch{n: n, opts: opts, held: s, rv: opts.ResourceVersion, out: make(chan watch.Event), stop: make(chan struct{})}
+	// A stream's resourceVersion is known at its end of the initial events.
+	w.rvKnown = !stream && w.rv != "" && w.rv != "0"
+	if s.current() {
+		inner, err := w.open(ctx, s.owned)
+		if err != nil {
+			return nil, err // the reflector's back-off, as for any watch
+		}
+		w.inner = inner
+	} else if !w.rvKnown {
+		return nil, apierrors.NewResourceExpired("the owned shard slots changed since the last list")
 	}
-	return newEndingWatch(w, s.changed), nil
+	ctx, w.cancel = context.WithCancel(ctx)
+	go w.run(ctx)
+	return w, nil
 }
 
-// list takes and keeps the snapshot of a list.
-func (n *Narrowed) list() *snapshot {
+// snapshot takes the owned slots of now.
+func (n *Narrowed) snapshot() *snapshot {
 	owned, changed := n.Member.Owned()
-	s := &snapshot{owned: owned, changed: changed}
+	return &snapshot{owned: owned, changed: changed}
+}
+
+func (n *Narrowed) setListed(s *snapshot) {
 	n.mu.Lock()
 	n.listed = s
 	n.mu.Unlock()
-	return s
 }
 
 // IsWatchListSemanticsUnSupported passes on what the wrapped ListerWatcher says about
@@ -142,52 +169,184 @@ func (n *Narrowed) IsWatchListSemanticsUnSupported() bool {
 	return watchlist.DoesClientNotSupportWatchListSemantics(n.Inner)
 }
 
-// endingWatch forwards a watch until a channel closes, then sends an "expired" error
-// and ends, so the informer lists again.
-type endingWatch struct {
-	inner  watch.Interface
+// narrowedWatch forwards the watch of the slots the informer holds, and when they
+// change, hands the informer over to the new ones (Narrowed).
+type narrowedWatch struct {
+	n    *Narrowed
+	opts metav1.ListOptions
+	// held is the snapshot of the slots whose objects the informer holds, inner the
+	// watch of them (nil while a handover is due).
+	held  *snapshot
+	inner watch.Interface
+	// rv is the resourceVersion of what the informer holds, once rvKnown: the last
+	// event forwarded, or where a continued watch started.
+	rv      string
+	rvKnown bool
+	// template is an object of the informer's type, for the bookmark after a handover.
+	template runtime.Object
+
 	out    chan watch.Event
 	stop   chan struct{}
 	closed atomic.Bool
+	cancel context.CancelFunc
 }
 
-func newEndingWatch(inner watch.Interface, end <-chan struct{}) *endingWatch {
-	w := &endingWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
-	go w.run(end)
-	return w
+// open watches the objects of slots from the watch's resourceVersion.
+func (w *narrowedWatch) open(ctx context.Context, slots Set) (watch.Interface, error) {
+	opts := w.opts
+	opts.ShardSelector = slots.Selector()
+	if w.rvKnown {
+		opts.ResourceVersion, opts.SendInitialEvents, opts.ResourceVersionMatch = w.rv, nil, ""
+	}
+	return w.n.Inner.WatchWithContext(ctx, opts)
 }
 
-func (w *endingWatch) run(end <-chan struct{}) {
+func (w *narrowedWatch) run(ctx context.Context) {
 	defer close(w.out)
-	defer w.inner.Stop()
+	defer func() {
+		if w.inner != nil {
+			w.inner.Stop()
+		}
+	}()
 	for {
-		select {
-		case <-w.stop:
-			return
-		case <-end:
-			expired := apierrors.NewResourceExpired("the owned shard slots changed")
-			select {
-			case w.out <- watch.Event{Type: watch.Error, Object: &expired.ErrStatus}:
-			case <-w.stop:
-			}
-			return
-		case e, ok := <-w.inner.ResultChan():
-			if !ok {
+		if w.inner == nil {
+			if !w.rvKnown {
+				w.send(expired("the owned shard slots changed before the watch's list ended"))
 				return
 			}
-			select {
-			case w.out <- e:
-			case <-w.stop:
+			if err := w.handOver(ctx); err != nil {
+				if ctx.Err() == nil {
+					w.send(expired(fmt.Sprintf("the owned shard slots changed, and handing them over failed: %v", err)))
+				}
+				return
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.held.changed:
+			w.inner.Stop()
+			w.inner = nil
+		case e, ok := <-w.inner.ResultChan():
+			if !ok {
+				return // the reflector watches again from the last resourceVersion
+			}
+			w.note(e)
+			if !w.send(e) {
 				return
 			}
 		}
 	}
 }
 
-func (w *endingWatch) ResultChan() <-chan watch.Event { return w.out }
+// note keeps the resourceVersion and the type of what the informer has been sent.
+func (w *narrowedWatch) note(e watch.Event) {
+	if e.Type == watch.Error {
+		return
+	}
+	o, err := meta.Accessor(e.Object)
+	if err != nil {
+		return
+	}
+	w.template = e.Object
+	switch {
+	case e.Type == watch.Bookmark && o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true":
+		w.rv, w.rvKnown = o.GetResourceVersion(), true
+	case w.rvKnown:
+		w.rv = o.GetResourceVersion()
+	}
+}
 
-func (w *endingWatch) Stop() {
+// handOver moves the informer from the held slots to the owned ones at the
+// resourceVersion it holds: deletions of the objects of the slots given away and
+// additions of those of the slots taken, both listed at that resourceVersion, then a
+// bookmark of it (the additions carry older ones), and a watch of the owned slots from
+// it.
+func (w *narrowedWatch) handOver(ctx context.Context) error {
+	to := w.n.snapshot()
+	lost, gained := w.held.owned&^to.owned, to.owned&^w.held.owned
+	var events []watch.Event
+	for _, part := range []struct {
+		slots Set
+		kind  watch.EventType
+	}{{lost, watch.Deleted}, {gained, watch.Added}} {
+		if part.slots == 0 {
+			continue
+		}
+		items, err := w.listAt(ctx, part.slots)
+		if err != nil {
+			return err
+		}
+		for _, o := range items {
+			events = append(events, watch.Event{Type: part.kind, Object: o})
+		}
+	}
+	inner, err := w.open(ctx, to.owned)
+	if err != nil {
+		return err
+	}
+	for _, e := range events {
+		w.template = e.Object
+		if !w.send(e) {
+			inner.Stop()
+			return ctx.Err()
+		}
+	}
+	if len(events) > 0 {
+		if !w.send(watch.Event{Type: watch.Bookmark, Object: w.bookmark()}) {
+			inner.Stop()
+			return ctx.Err()
+		}
+	}
+	// The informer holds the owned slots' objects now; a watch that continues this one
+	// continues them.
+	w.held, w.inner = to, inner
+	w.n.setListed(to)
+	return nil
+}
+
+// listAt lists the objects of slots at the watch's resourceVersion.
+func (w *narrowedWatch) listAt(ctx context.Context, slots Set) ([]runtime.Object, error) {
+	list, err := w.n.Inner.ListWithContext(ctx, metav1.ListOptions{
+		ShardSelector: slots.Selector(), ResourceVersion: w.rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list shard slots %s at resourceVersion %s: %w", slots, w.rv, err)
+	}
+	return meta.ExtractList(list)
+}
+
+// bookmark is a bookmark event's object at the watch's resourceVersion, of the type of
+// the objects sent.
+func (w *narrowedWatch) bookmark() runtime.Object {
+	o := reflect.New(reflect.TypeOf(w.template).Elem()).Interface().(runtime.Object)
+	if a, err := meta.Accessor(o); err == nil {
+		a.SetResourceVersion(w.rv)
+	}
+	return o
+}
+
+func expired(message string) watch.Event {
+	status := apierrors.NewResourceExpired(message).ErrStatus
+	return watch.Event{Type: watch.Error, Object: &status}
+}
+
+// send passes e on unless the watch was stopped.
+func (w *narrowedWatch) send(e watch.Event) bool {
+	select {
+	case w.out <- e:
+		return true
+	case <-w.stop:
+		return false
+	}
+}
+
+func (w *narrowedWatch) ResultChan() <-chan watch.Event { return w.out }
+
+func (w *narrowedWatch) Stop() {
 	if w.closed.CompareAndSwap(false, true) {
 		close(w.stop)
+		w.cancel()
 	}
 }

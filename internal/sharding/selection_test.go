@@ -139,8 +139,8 @@ func awaitHolding(t *testing.T, inf cache.SharedIndexInformer, uids []types.UID,
 
 // A ring change between an informer's list and its watch (the LIST+WATCH path, when
 // streaming watch-list is off or refused) must not leave the objects of the new slots
-// unseen: the watch continues the list's slots, ends at once because they changed,
-// and the informer lists the new ones.
+// unseen: the watch continues the list's slots and hands the informer over to the new
+// ones at the list's resourceVersion.
 func TestAChangeBetweenListAndWatchIsNotMissed(t *testing.T) {
 	skipWithoutShardedListAndWatch(t) // without the gate the informer lists everything and filters
 	env := startAPIServer(t, true)
@@ -150,9 +150,13 @@ func TestAChangeBetweenListAndWatchIsNotMissed(t *testing.T) {
 	first, second := Set(0x0000_0000_ffff_ffff), Set(0xffff_ffff_0000_0000)
 	m := &Member{}
 	setOwned(m, first)
-	var lists atomic.Int32
+	var lists, exact atomic.Int32
 	lw := &Narrowed{Member: m, Inner: cache.ToListerWatcherWithContext(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			if o.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
+				exact.Add(1)
+				return mc.Resource(storageBuckets).Namespace("").List(ctx, o)
+			}
 			list, err := mc.Resource(storageBuckets).Namespace("").List(ctx, o)
 			if lists.Add(1) == 1 {
 				// The ring moves on while the first list's answer travels.
@@ -168,9 +172,145 @@ func TestAChangeBetweenListAndWatchIsNotMissed(t *testing.T) {
 	inf := cache.NewSharedIndexInformer(listThenWatch{lw}, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
 	go inf.RunWithContext(ctx)
 	awaitHolding(t, inf, uids, second, 20*time.Second)
-	if lists.Load() < 2 {
-		t.Errorf("the informer listed %d times; the slots changed after the first list", lists.Load())
+	if lists.Load() != 1 || exact.Load() != 2 {
+		t.Errorf("the informer listed %d times and the watch listed %d times at a resourceVersion; want 1 and 2 (the slots given away and those taken)",
+			lists.Load(), exact.Load())
 	}
+}
+
+// When the ring changes, the watch hands the informer over to the new slots without a
+// relist (which client-go delays by a back-off that grows up to a minute): the objects
+// of the slots taken arrive, those of the slots given away leave, and so do objects
+// created and deleted while the informer did not hold their slots; several changes in a
+// row, and one that takes every slot and one that gives every slot away, too.
+func TestARingChangeIsHandedOverWithoutARelist(t *testing.T) {
+	skipWithoutShardedListAndWatch(t)
+	env := startAPIServer(t, true)
+	ctx := t.Context()
+	mc := metadata.NewForConfigOrDie(env.Config)
+	uids := createBuckets(t, env, 120)
+	m := &Member{}
+	setOwned(m, Set(0x0000_0000_ffff_ffff))
+	var relists, exact atomic.Int32
+	lw := &Narrowed{Member: m, Inner: cache.ToListerWatcherWithContext(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			if o.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
+				exact.Add(1)
+			} else {
+				relists.Add(1)
+			}
+			return mc.Resource(storageBuckets).Namespace("").List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if o.SendInitialEvents != nil && *o.SendInitialEvents {
+				relists.Add(1)
+			}
+			return mc.Resource(storageBuckets).Namespace("").Watch(ctx, o)
+		},
+	})}
+	inf := cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+	go inf.RunWithContext(ctx)
+	awaitHolding(t, inf, uids, Set(0x0000_0000_ffff_ffff), 20*time.Second)
+	if relists.Load() != 1 {
+		t.Fatalf("the informer listed %d times before any ring change", relists.Load())
+	}
+	// The changes: overlapping sets, all slots, none, and two changes at once.
+	steps := []struct {
+		name  string
+		owned []Set
+	}{
+		{"half moves on", []Set{Set(0x0000_ffff_ffff_0000)}},
+		{"every slot", []Set{^Set(0)}},
+		{"no slot", []Set{0}},
+		{"two changes at once", []Set{Set(0xffff_0000_ffff_0000), Set(0x00ff_ff00_00ff_ff00)}},
+	}
+	held := Set(0x0000_0000_ffff_ffff)
+	for i, step := range steps {
+		// While the informer does not hold their slots (where it does not hold all):
+		// one object deleted, one created.
+		var gone types.UID
+		uids, gone = deleteOneNotIn(t, env, uids, held)
+		uids = append(uids, createBucket(t, env, fmt.Sprintf("new-%d", i)))
+		for _, owned := range step.owned {
+			setOwned(m, owned)
+		}
+		want := step.owned[len(step.owned)-1]
+		n := awaitHolding(t, inf, uids, want, 10*time.Second)
+		held = want
+		// And after the handover, the watch goes on: a new object of the slots arrives.
+		uids = append(uids, createBucket(t, env, fmt.Sprintf("after-%d", i)))
+		awaitHolding(t, inf, uids, want, 10*time.Second)
+		t.Logf("%s (%q): the informer holds exactly its %d objects (deleted meanwhile: %q)", step.name, want, n, gone)
+	}
+	if relists.Load() != 1 {
+		t.Errorf("the informer listed %d times; the ring changes were handed over within the watch", relists.Load())
+	}
+	if exact.Load() == 0 {
+		t.Error("no list at a resourceVersion: the handovers went another way")
+	}
+}
+
+// A handover the API server cannot serve (the resourceVersion is too old to list at)
+// falls back to a relist: the informer still ends up with exactly the new slots.
+func TestAHandoverTheAPIServerCannotServeRelists(t *testing.T) {
+	skipWithoutShardedListAndWatch(t)
+	env := startAPIServer(t, true)
+	ctx := t.Context()
+	mc := metadata.NewForConfigOrDie(env.Config)
+	uids := createBuckets(t, env, 60)
+	m := &Member{}
+	setOwned(m, Set(0x0000_0000_ffff_ffff))
+	var relists atomic.Int32
+	lw := &Narrowed{Member: m, Inner: cache.ToListerWatcherWithContext(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			if o.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
+				return nil, apierrors.NewResourceExpired("the test's API server compacted that resourceVersion")
+			}
+			relists.Add(1)
+			return mc.Resource(storageBuckets).Namespace("").List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if o.SendInitialEvents != nil && *o.SendInitialEvents {
+				relists.Add(1)
+			}
+			return mc.Resource(storageBuckets).Namespace("").Watch(ctx, o)
+		},
+	})}
+	inf := cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+	go inf.RunWithContext(ctx)
+	awaitHolding(t, inf, uids, Set(0x0000_0000_ffff_ffff), 20*time.Second)
+	setOwned(m, Set(0xffff_ffff_0000_0000))
+	awaitHolding(t, inf, uids, Set(0xffff_ffff_0000_0000), 30*time.Second)
+	if relists.Load() < 2 {
+		t.Errorf("the informer listed %d times; the handover failed, so it must have listed again", relists.Load())
+	}
+}
+
+// deleteOneNotIn deletes one StorageBucket whose slot is not in owned, if there is one,
+// and returns the UIDs without it, and its UID.
+func deleteOneNotIn(t *testing.T, env *envtest.Env, uids []types.UID, owned Set) ([]types.UID, types.UID) {
+	t.Helper()
+	list := &phalanksv1beta1.StorageBucketList{}
+	if err := env.Client.List(t.Context(), list); err != nil {
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		sb := &list.Items[i]
+		if owned.Has(SlotOf(sb.UID)) {
+			continue
+		}
+		if err := env.Client.Delete(t.Context(), sb); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]types.UID, 0, len(uids))
+		for _, uid := range uids {
+			if uid != sb.UID {
+				out = append(out, uid)
+			}
+		}
+		return out, sb.UID
+	}
+	return uids, ""
 }
 
 // A ring change between the end of an informer's streamed list (its watch-list stream,
@@ -297,17 +437,23 @@ func createBuckets(t *testing.T, env *envtest.Env, n int) []types.UID {
 	}
 	var uids []types.UID
 	for i := range n {
-		sb := &phalanksv1beta1.StorageBucket{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: fmt.Sprintf("sb-%03d", i)},
-			Spec: phalanksv1beta1.StorageBucketSpec{
-				BucketName: fmt.Sprintf("bucket-%03d", i), Endpoint: "https://s3.example.com",
-				CredentialsSecretRef: &phalanksv1beta1.CredentialsSecretReference{Name: "s3"},
-			},
-		}
-		if err := env.Client.Create(ctx, sb); err != nil {
-			t.Fatal(err)
-		}
-		uids = append(uids, sb.UID)
+		uids = append(uids, createBucket(t, env, fmt.Sprintf("%03d", i)))
 	}
 	return uids
+}
+
+// createBucket creates the StorageBucket sb-suffix in the namespace team.
+func createBucket(t *testing.T, env *envtest.Env, suffix string) types.UID {
+	t.Helper()
+	sb := &phalanksv1beta1.StorageBucket{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "sb-" + suffix},
+		Spec: phalanksv1beta1.StorageBucketSpec{
+			BucketName: "bucket-" + suffix, Endpoint: "https://s3.example.com",
+			CredentialsSecretRef: &phalanksv1beta1.CredentialsSecretReference{Name: "s3"},
+		},
+	}
+	if err := env.Client.Create(t.Context(), sb); err != nil {
+		t.Fatal(err)
+	}
+	return sb.UID
 }

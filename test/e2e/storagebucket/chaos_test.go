@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	miniogo "github.com/minio/minio-go/v7"
@@ -143,11 +144,14 @@ const (
 	// own clock's grid); and a few seconds of a loaded machine.
 	chaosGapBound = 2*chaosInterval + 2*chaosLease + 4*chaosRenew + chaosLease/5 + 3*time.Second
 	// relistBound is what a replica that lists its share from the API server (KEP-5866)
-	// adds: the StorageBuckets of slots it takes over reach its informer only when it
-	// lists again, after client-go's reflector back-off, which grows from 0.8 s to 30 s
-	// (times a jitter of up to two) over the relists within two minutes, and then the
-	// list itself, which on a loaded machine takes seconds (a run at load average 9 on
-	// two cores exceeded 60 s and the slack above by 51 ms).
+	// may add when its informer must list again, which a ring change no longer needs
+	// (its watch hands the slots over, sharding.Narrowed) but an API server that no
+	// longer has the informer's resourceVersion does: client-go's reflector back-off,
+	// which grows from 0.8 s to 30 s (times a jitter of up to two) over the relists
+	// within two minutes, and then the list itself, which on a loaded machine takes
+	// seconds. (When every ring change cost a relist, a run at load average 9 on two
+	// cores exceeded 60 s and the slack above by 51 ms, and one in CI the whole 90.8 s
+	// of the watch-end fault.)
 	relistBound = 65 * time.Second
 )
 
@@ -577,7 +581,22 @@ func (ch *chaos) watchEnd() {
 		}
 		return false
 	}).WithTimeout(2*time.Minute).WithPolling(100*time.Millisecond).Should(BeTrue(), "%s has no StorageBucket watch", w.proc.Name)
+	// A list of every StorageBucket of its slots, streamed or not: a ring change is
+	// handed over within the watch (sharding.Narrowed), without one.
+	var relists atomic.Int32
+	countRelists := func(r *http.Request) {
+		resource, name := apiproxy.Resource(r)
+		if resource != "storagebuckets" || name != "" || r.Method != http.MethodGet {
+			return
+		}
+		q := r.URL.Query()
+		if apiproxy.IsWatch(r) && q.Get("sendInitialEvents") == "true" ||
+			!apiproxy.IsWatch(r) && q.Get("resourceVersionMatch") != string(metav1.ResourceVersionMatchExact) {
+			relists.Add(1)
+		}
+	}
 	w.apiProxy.Set(func(r *http.Request) apiproxy.Action {
+		countRelists(r)
 		if storageBucketWatch(r) {
 			return apiproxy.TooManyRequests
 		}
@@ -596,7 +615,10 @@ func (ch *chaos) watchEnd() {
 	// with the new slots' selector, and buckets of theirs that nobody changed never
 	// reached the informer.)
 	time.Sleep(3 * chaosRenew)
-	w.apiProxy.Set(nil)
+	w.apiProxy.Set(func(r *http.Request) apiproxy.Action {
+		countRelists(r)
+		return apiproxy.Action{}
+	})
 	ch.note("let %s watch again", w.proc.Name)
 	// Before the ring changes again (which would make it list anew): every bucket is
 	// on one of the replicas left, the one whose watch ended included, within the bound.
@@ -609,6 +631,13 @@ func (ch *chaos) watchEnd() {
 	Eventually(func() error { return eachOnOne(left, ch.settledNames(chaosInterval+2*time.Second)) }).
 		WithTimeout(chaosGapBound+relistBound).WithPolling(500*time.Millisecond).Should(Succeed(),
 		"a bucket of the slots %s took over while its watch was away is not on its schedule", w.proc.Name)
+	w.apiProxy.Set(nil)
+	ch.mu.Lock()
+	narrowed := ch.narrowed[w.proc.Name]
+	ch.mu.Unlock()
+	if narrowed {
+		Expect(relists.Load()).To(BeZero(), "%s listed its StorageBuckets again rather than taking the new slots over within its watch", w.proc.Name)
+	}
 	ch.note("every bucket is on %s or %s; start %s's replica again", left[0].proc.Name, left[1].proc.Name, other.proc.Name)
 	ch.start(j, 0)
 }

@@ -94,16 +94,11 @@ func threeReplicas(serverSide bool) {
 		// The survivors saw the last renewal up to one renew period after it was made and
 		// count the Lease out a lease duration later, at their next reread; an orphan whose
 		// due instant fell in that window is probed at once, the others at their next one.
-		// With server-side sharding the orphans reach a survivor's cache only when its
-		// informer lists again, which client-go delays by its reflector back-off: 0.8 s
-		// doubling (with jitter up to twice that) for every relist within two minutes, up
-		// to 30 s; this spec's third slot change comes on top (6.4-12.8 s).
+		// With server-side sharding the orphans reach a survivor's cache within its watch
+		// (sharding.Narrowed hands the slots over without a relist, which client-go would
+		// delay by a back-off that grows with every relist), so the bound is the same.
 		// A second on top covers the metrics polling on a loaded machine.
-		bound := lease + interval + time.Second
-		if serverSide {
-			bound += 13 * time.Second
-		}
-		Expect(tookOver).To(BeNumerically("<=", bound))
+		Expect(tookOver).To(BeNumerically("<=", lease+interval+time.Second))
 
 		By("starting it again: about a third of the slots move to it")
 		back := startManager("replica-a2", path, flags...)
@@ -125,13 +120,8 @@ func threeReplicas(serverSide bool) {
 		GinkgoWriter.Printf("longest time between two probes of a bucket: %s (%s); killed at %s\n", worst, gaps.where, killed.Format(time.TimeOnly))
 		// A replica killed just before a bucket's due instant leaves it unprobed for that
 		// interval plus the takeover: the lease duration and up to two renew periods. The
-		// slack: the probe and lastProbeTime's one-second resolution; server-side, the
-		// relist's back-off.
-		limit := interval + lease + 2*renew + 3*time.Second
-		if serverSide {
-			limit += 13 * time.Second
-		}
-		Expect(worst).To(BeNumerically("<=", limit))
+		// slack: the probe and lastProbeTime's one-second resolution.
+		Expect(worst).To(BeNumerically("<=", interval+lease+2*renew+3*time.Second))
 		var all string
 		for _, m := range append(managers, victim) {
 			all += m.log()
