@@ -191,23 +191,7 @@ func TestARingChangeIsHandedOverWithoutARelist(t *testing.T) {
 	uids := createBuckets(t, env, 120)
 	m := &Member{}
 	setOwned(m, Set(0x0000_0000_ffff_ffff))
-	var relists, exact atomic.Int32
-	lw := &Narrowed{Member: m, Inner: cache.ToListerWatcherWithContext(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			if o.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
-				exact.Add(1)
-			} else {
-				relists.Add(1)
-			}
-			return mc.Resource(storageBuckets).Namespace("").List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			if o.SendInitialEvents != nil && *o.SendInitialEvents {
-				relists.Add(1)
-			}
-			return mc.Resource(storageBuckets).Namespace("").Watch(ctx, o)
-		},
-	})}
+	lw, relists, exact := countingNarrowed(mc, m, nil)
 	inf := cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
 	go inf.RunWithContext(ctx)
 	awaitHolding(t, inf, uids, Set(0x0000_0000_ffff_ffff), 20*time.Second)
@@ -260,13 +244,31 @@ func TestAHandoverTheAPIServerCannotServeRelists(t *testing.T) {
 	uids := createBuckets(t, env, 60)
 	m := &Member{}
 	setOwned(m, Set(0x0000_0000_ffff_ffff))
-	var relists atomic.Int32
-	lw := &Narrowed{Member: m, Inner: cache.ToListerWatcherWithContext(&cache.ListWatch{
+	lw, relists, _ := countingNarrowed(mc, m, func() error {
+		return apierrors.NewResourceExpired("the test's API server compacted that resourceVersion")
+	})
+	inf := cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+	go inf.RunWithContext(ctx)
+	awaitHolding(t, inf, uids, Set(0x0000_0000_ffff_ffff), 20*time.Second)
+	setOwned(m, Set(0xffff_ffff_0000_0000))
+	awaitHolding(t, inf, uids, Set(0xffff_ffff_0000_0000), 30*time.Second)
+	if relists.Load() < 2 {
+		t.Errorf("the informer listed %d times; the handover failed, so it must have listed again", relists.Load())
+	}
+}
+
+// countingNarrowed is a Narrowed of m over the API server's StorageBuckets that counts
+// the informer's lists of its whole share (a LIST or a watch-list stream) and the
+// handovers' lists at a resourceVersion; refuseExact, when set, answers the latter.
+func countingNarrowed(mc metadata.Interface, m *Member, refuseExact func() error) (lw *Narrowed, relists, exact *atomic.Int32) {
+	relists, exact = new(atomic.Int32), new(atomic.Int32)
+	lw = &Narrowed{Member: m, Inner: cache.ToListerWatcherWithContext(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			if o.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
-				return nil, apierrors.NewResourceExpired("the test's API server compacted that resourceVersion")
+			if o.ResourceVersionMatch != metav1.ResourceVersionMatchExact {
+				relists.Add(1)
+			} else if exact.Add(1); refuseExact != nil {
+				return nil, refuseExact()
 			}
-			relists.Add(1)
 			return mc.Resource(storageBuckets).Namespace("").List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
@@ -276,14 +278,7 @@ func TestAHandoverTheAPIServerCannotServeRelists(t *testing.T) {
 			return mc.Resource(storageBuckets).Namespace("").Watch(ctx, o)
 		},
 	})}
-	inf := cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
-	go inf.RunWithContext(ctx)
-	awaitHolding(t, inf, uids, Set(0x0000_0000_ffff_ffff), 20*time.Second)
-	setOwned(m, Set(0xffff_ffff_0000_0000))
-	awaitHolding(t, inf, uids, Set(0xffff_ffff_0000_0000), 30*time.Second)
-	if relists.Load() < 2 {
-		t.Errorf("the informer listed %d times; the handover failed, so it must have listed again", relists.Load())
-	}
+	return lw, relists, exact
 }
 
 // deleteOneNotIn deletes one StorageBucket whose slot is not in owned, if there is one,
