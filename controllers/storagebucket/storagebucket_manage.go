@@ -29,9 +29,9 @@ func (r *Reconciler) manage(ctx context.Context, sb *phalanksv1beta1.StorageBuck
 	if err != nil && !fenced(err) {
 		f = taxonomy.Classify(err, subjectIn(in.host, sb.Spec.BucketName, endpoint.Region, timeout))
 	}
-	if in.discoverRegion && f != nil && f.Reason == taxonomy.ReasonWrongRegion && f.Region != "" && f.Region != endpoint.Region {
+	if region, named := f.OtherRegion(endpoint.Region); in.discoverRegion && named {
 		// The endpoint named the bucket's region: once more, signed for it.
-		endpoint.Region, found = f.Region, f.Region
+		endpoint.Region, found = region, region
 		got, err = r.ensure(ctx, sb, st, endpoint)
 		f = nil
 		if err != nil && !fenced(err) {

@@ -92,10 +92,10 @@ func (p *Prober) Probe(ctx context.Context, t Target) Result {
 		t.Region = DefaultRegion
 	}
 	p.probeOnce(probeCtx, ctx, t, &res)
-	if f := res.Failure; t.DiscoverRegion && f != nil && f.Reason == taxonomy.ReasonWrongRegion && f.Region != "" && f.Region != t.Region {
+	if region, named := res.Failure.OtherRegion(t.Region); t.DiscoverRegion && named {
 		// The endpoint named the bucket's region: once more, signed for it, within
 		// the same timeout.
-		t.Region = f.Region
+		t.Region = region
 		p.probeOnce(probeCtx, ctx, t, &res)
 	}
 	if f := res.Failure; t.Depth != DepthConnect && (f == nil || (f.Check != taxonomy.CheckReachable && f.Reason != taxonomy.ReasonWrongRegion)) {

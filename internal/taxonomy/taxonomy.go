@@ -156,6 +156,17 @@ func (f *Failure) Error() string { return string(f.Reason) + ": " + f.Message }
 // Unwrap returns the underlying error, for logs.
 func (f *Failure) Unwrap() error { return f.cause }
 
+// OtherRegion returns the region the endpoint named when it refused a request signed for
+// the region signed as meant for another one (ReasonWrongRegion), and whether it named
+// one other than signed: the region to sign the request for once more. A nil failure
+// names none.
+func (f *Failure) OtherRegion(signed string) (string, bool) {
+	if f == nil || f.Reason != ReasonWrongRegion || f.Region == "" || f.Region == signed {
+		return "", false
+	}
+	return f.Region, true
+}
+
 // NewFailure returns a failure with a reason, a message and an optional cause.
 func NewFailure(r Reason, cause error, format string, args ...any) *Failure {
 	return &Failure{Reason: r, Check: CheckOf(r), Message: fmt.Sprintf(format, args...), cause: cause}

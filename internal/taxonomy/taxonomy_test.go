@@ -155,3 +155,25 @@ func TestNoReasonIsAConditionStatus(t *testing.T) {
 		}
 	}
 }
+
+// Only a WrongRegion failure that names a region other than the one signed for asks for
+// another try: not one that names none, nor the same region again (which would retry
+// for ever), nor another reason that happens to carry a region.
+func TestOnlyAWrongRegionNamingAnotherRegionIsRetried(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		f     *taxonomy.Failure
+		want  string
+		named bool
+	}{
+		{"none", nil, "", false},
+		{"another region", &taxonomy.Failure{Reason: taxonomy.ReasonWrongRegion, Region: "eu-central-1"}, "eu-central-1", true},
+		{"no region named", &taxonomy.Failure{Reason: taxonomy.ReasonWrongRegion}, "", false},
+		{"the same region", &taxonomy.Failure{Reason: taxonomy.ReasonWrongRegion, Region: "us-east-1"}, "", false},
+		{"another reason", &taxonomy.Failure{Reason: taxonomy.ReasonAccessDenied, Region: "eu-central-1"}, "", false},
+	} {
+		if got, named := c.f.OtherRegion("us-east-1"); got != c.want || named != c.named {
+			t.Errorf("%s: OtherRegion = %q, %v; want %q, %v", c.name, got, named, c.want, c.named)
+		}
+	}
+}
