@@ -185,19 +185,7 @@ func sampleManager(ctx context.Context, b *testing.B, p *process.Process, probe 
 		b.Fatalf("%v; manager log %s ends:\n%s", err, p.LogPath, process.Tail(p.LogPath, 30))
 	}
 	r := rssReading{synced: time.Since(started)}
-	deadline := time.Now().Add(rssSettle)
-	for time.Now().Before(deadline) {
-		rss, peak, err := procMemory(p.PID())
-		if err != nil {
-			b.Fatal(err)
-		}
-		r.rssMiB, r.peakMiB = float64(rss)/1024, float64(peak)/1024
-		select {
-		case <-ctx.Done():
-			b.Fatal(ctx.Err())
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	sampleRSS(ctx, b, p.PID(), rssSettle, &r)
 	if r.metrics, err = scrape(ctx, metricsURL); err != nil {
 		b.Fatal(err)
 	}
@@ -230,6 +218,23 @@ func sampleManager(ctx context.Context, b *testing.B, p *process.Process, probe 
 	}
 	r.liveMiB = live / (1 << 20)
 	return r
+}
+
+// sampleRSS reads the RSS of process pid every half second for d into r: the last
+// reading and the highest.
+func sampleRSS(ctx context.Context, b *testing.B, pid int, d time.Duration, r *rssReading) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		rss, peak, err := procMemory(pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.rssMiB, r.peakMiB = float64(rss)/1024, float64(peak)/1024
+		select {
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // fooSynced returns nil once the Foo controller has written foo's status for its
