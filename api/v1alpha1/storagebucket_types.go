@@ -29,8 +29,13 @@ type StorageBucketSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Bucket name",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
 	BucketName string `json:"bucketName"`
 
-	// region of the bucket; empty lets the operator find it (see v1beta1).
+	// (The default stays as 0.1.0 set it: OLM v1 refuses to upgrade a CRD that removes
+	// one, "default value removed".)
+
+	// region of the bucket; us-east-1 when left out in this version. In v1beta1 an empty
+	// region lets the operator find the bucket's region.
 	// +optional
+	// +kubebuilder:default="us-east-1"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9-]*[a-z0-9]$`
